@@ -1,0 +1,45 @@
+# Two commands matter: `make run` and `make test`. Both build .venv from scratch when it is
+# missing (or when the lock files change) and use an embedded PostgreSQL unless told otherwise.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.switchboard-installed
+
+.PHONY: run test lint format migrate install clean-data help
+
+help:
+	@echo "make run     serve the API (and scheduler) on \$${SWITCHBOARD_HOST:-127.0.0.1}:\$${SWITCHBOARD_PORT:-8080}"
+	@echo "make test    run the whole test suite against a real PostgreSQL"
+	@echo "make lint    ruff (lint + format check) and mypy --strict"
+	@echo "make migrate apply migrations to SWITCHBOARD_DATABASE_URL (or the embedded server)"
+
+$(STAMP): requirements/runtime.txt requirements/dev.txt pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements/dev.txt
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps -e .
+	@touch $@
+
+install: $(STAMP)
+
+run: $(STAMP)
+	$(BIN)/switchboard serve
+
+migrate: $(STAMP)
+	$(BIN)/switchboard migrate
+
+test: $(STAMP)
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+format: $(STAMP)
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
+
+clean-data:
+	-$(BIN)/switchboard embedded-stop
+	rm -rf .switchboard

@@ -1,0 +1,1 @@
+"""Switchboard: session coordination for multi-agent AI systems."""

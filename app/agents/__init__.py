@@ -1,0 +1,1 @@
+"""Agent registry: names, hashed API keys and roles."""

@@ -1,0 +1,119 @@
+"""``create_app``: the one place routes, dependencies, middleware and error handlers meet."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from litestar import Litestar, Request
+from litestar.datastructures import State
+from litestar.di import Provide
+from litestar.middleware.base import DefineMiddleware
+from litestar.openapi import OpenAPIConfig
+from litestar.openapi.spec import Components, SecurityScheme
+
+from app.agents.controller import AgentController
+from app.agents.service import AgentService
+from app.auth.middleware import PUBLIC_PATHS, ApiKeyAuthMiddleware
+from app.clock import Clock, SystemClock
+from app.db.pool import Database
+from app.errors import EXCEPTION_HANDLERS, UnsupportedMediaType
+from app.health.controller import HealthController
+from app.sessions.controller import SessionController, UserSessionsController
+from app.sessions.service import SessionService
+from app.settings import Settings
+from app.users.controller import UserController
+from app.users.service import UserService
+
+__version__ = "0.1.0"
+
+_BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
+
+
+def _is_json_media_type(content_type: str) -> bool:
+    media_type = content_type.split(";", 1)[0].strip().lower()
+    return media_type == "application/json" or (
+        media_type.startswith("application/") and media_type.endswith("+json")
+    )
+
+
+async def require_json_body(request: Request[Any, Any, Any]) -> None:
+    """415 for a body that is not JSON; runs before the body is read or parsed."""
+    if request.method not in _BODY_METHODS:
+        return
+    has_body = request.headers.get("content-length", "0") != "0" or (
+        "transfer-encoding" in request.headers
+    )
+    if has_body and not _is_json_media_type(request.headers.get("content-type", "")):
+        raise UnsupportedMediaType(
+            "Send the body as JSON (Content-Type: application/json, or "
+            "application/merge-patch+json for PATCH)."
+        )
+
+
+def create_app(
+    settings: Settings,
+    *,
+    database_url: str,
+    admin_key: str,
+    clock: Clock | None = None,
+) -> Litestar:
+    """Build the application. Resolving the URL and admin key is the caller's job."""
+    clock = clock or SystemClock()
+    database = Database(database_url, settings.database)
+    agent_service = AgentService(database, clock, admin_key)
+    user_service = UserService(database, clock)
+    session_service = SessionService(database, clock, settings.sessions)
+
+    @asynccontextmanager
+    async def lifespan(_: Litestar) -> AsyncIterator[None]:
+        await database.open()
+        try:
+            yield
+        finally:
+            await database.close()
+
+    def provide(value: object) -> Provide:
+        return Provide(lambda: value, sync_to_thread=False, use_cache=True)
+
+    return Litestar(
+        route_handlers=[
+            HealthController,
+            AgentController,
+            UserController,
+            SessionController,
+            UserSessionsController,
+        ],
+        dependencies={
+            "database": provide(database),
+            "agent_service": provide(agent_service),
+            "user_service": provide(user_service),
+            "session_service": provide(session_service),
+        },
+        middleware=[DefineMiddleware(ApiKeyAuthMiddleware, exclude=PUBLIC_PATHS)],
+        before_request=require_json_body,
+        exception_handlers=EXCEPTION_HANDLERS,
+        request_max_body_size=settings.server.max_body_bytes,
+        lifespan=[lifespan],
+        state=State({"agent_service": agent_service, "settings": settings, "clock": clock}),
+        openapi_config=OpenAPIConfig(
+            title="Switchboard",
+            version=__version__,
+            description=(
+                "Session coordination for multi-agent systems. Every /v1 route needs "
+                "Authorization: Bearer <key> or X-API-Key: <key>."
+            ),
+            path="/schema",
+            components=Components(
+                security_schemes={
+                    "bearer": SecurityScheme(type="http", scheme="bearer"),
+                    "apiKey": SecurityScheme(
+                        type="apiKey", name="X-API-Key", security_scheme_in="header"
+                    ),
+                }
+            ),
+            security=[{"bearer": []}, {"apiKey": []}],
+        ),
+        debug=False,
+    )

@@ -1,0 +1,31 @@
+"""Who is calling: the admin, or a registered agent with roles."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+from uuid import UUID
+
+ADMIN_NAME = "admin"
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """The authenticated caller of a request."""
+
+    kind: Literal["admin", "agent"]
+    name: str
+    roles: frozenset[str] = field(default_factory=frozenset)
+    agent_id: UUID | None = None
+
+    @property
+    def is_admin(self) -> bool:
+        """True for the admin key."""
+        return self.kind == "admin"
+
+    def has_role(self, role: str) -> bool:
+        """True if the caller holds ``role`` (the admin holds every role)."""
+        return self.is_admin or role in self.roles
+
+
+ADMIN = Principal(kind="admin", name=ADMIN_NAME)

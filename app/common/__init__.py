@@ -1,0 +1,1 @@
+"""Small HTTP-level helpers shared by every feature."""

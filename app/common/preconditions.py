@@ -1,0 +1,76 @@
+"""Optimistic concurrency: ETags carry the session version, ``If-Match`` carries the base.
+
+The ETag of a versioned resource is its version number in quotes (``"7"``). A write names
+the version it was based on with ``If-Match: "7"`` or a ``base_version`` body field.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from app.errors import BadRequest, PreconditionRequired, ValidationFailed
+
+_ENTITY_TAG = re.compile(r'\s*(W/)?"(\d{1,18})"\s*')
+
+
+def etag(version: int) -> str:
+    """The strong entity tag for a version."""
+    return f'"{version}"'
+
+
+def parse_if_match(header: str | None) -> set[int] | None:
+    """Versions listed in an ``If-Match`` header; None when absent or ``*`` (any version).
+
+    Weak tags never match under If-Match (RFC 9110 strong comparison), so they are refused
+    rather than silently ignored.
+    """
+    if header is None or header.strip() == "*":
+        return None
+    versions: set[int] = set()
+    for part in header.split(","):
+        match = _ENTITY_TAG.fullmatch(part)
+        if match is None:
+            raise BadRequest(
+                'If-Match must list quoted version numbers, e.g. If-Match: "3".',
+                header="If-Match",
+            )
+        if match.group(1):
+            raise BadRequest("If-Match needs a strong entity tag; W/ tags never match.")
+        versions.add(int(match.group(2)))
+    return versions
+
+
+def required_base_versions(
+    if_match: str | None, base_version: int | None, *, wildcard_ok: bool = True
+) -> set[int] | None:
+    """Combine the header and body preconditions; 428 when neither was sent.
+
+    Returns the acceptable base versions, or None for ``If-Match: *`` (write whatever is
+    current). Header and body must agree when both are sent.
+    """
+    header_versions = parse_if_match(if_match)
+    if if_match is None and base_version is None:
+        raise PreconditionRequired(
+            'This write needs the version it is based on: send If-Match: "<version>" '
+            "(the ETag of your last read) or base_version in the body."
+        )
+    if base_version is None:
+        if header_versions is None and not wildcard_ok:
+            raise BadRequest("If-Match: * is not accepted here; name the version.")
+        return header_versions
+    if header_versions is not None and base_version not in header_versions:
+        raise BadRequest("If-Match and base_version disagree; send one of them.")
+    return {base_version}
+
+
+def body_base_version(value: Any) -> int | None:
+    """``base_version`` taken from a free-form (merge patch) body; 422 unless a positive int."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value < 1 << 62:
+        raise ValidationFailed(
+            "base_version must be a positive integer.",
+            errors=[{"field": "base_version", "message": "expected a positive integer"}],
+        )
+    return value

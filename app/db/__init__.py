@@ -1,0 +1,1 @@
+"""Database access: the pool, the named-query loader and driver-error translation."""

@@ -1,0 +1,97 @@
+"""The connection pool: orjson JSON codecs registered once per connection, UTC sessions,
+and one ``Database`` object that hands out connections and transactions with driver errors
+translated to domain errors."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import asyncpg
+import orjson
+
+from app.db.errors import translate
+from app.db.queries import QUERIES
+from app.settings import DatabaseSettings
+
+Connection = asyncpg.Connection  # re-exported so repositories need not import asyncpg
+
+
+def _encode_json(value: Any) -> str:
+    return orjson.dumps(value).decode()
+
+
+async def _init_connection(conn: asyncpg.Connection) -> None:
+    for type_name in ("json", "jsonb"):
+        await conn.set_type_codec(
+            type_name, encoder=_encode_json, decoder=orjson.loads, schema="pg_catalog"
+        )
+
+
+class Database:
+    """Owns the asyncpg pool; the only way services reach PostgreSQL."""
+
+    def __init__(self, url: str, settings: DatabaseSettings) -> None:
+        self._url = url
+        self._settings = settings
+        self._pool: asyncpg.Pool | None = None
+
+    @property
+    def url(self) -> str:
+        """The connection URL this database was opened with."""
+        return self._url
+
+    async def open(self) -> None:
+        """Create the pool. Connections are made lazily beyond ``pool_min_size``."""
+        self._pool = await asyncpg.create_pool(
+            self._url,
+            min_size=self._settings.pool_min_size,
+            max_size=self._settings.pool_max_size,
+            command_timeout=self._settings.command_timeout,
+            init=_init_connection,
+            server_settings={"application_name": "switchboard", "timezone": "UTC"},
+        )
+
+    async def close(self) -> None:
+        """Close the pool, waiting briefly for connections in use."""
+        if self._pool is not None:
+            pool, self._pool = self._pool, None
+            try:
+                await asyncio.wait_for(pool.close(), timeout=10)
+            except TimeoutError:
+                pool.terminate()
+
+    @property
+    def pool(self) -> asyncpg.Pool:
+        """The open pool (raises if ``open`` was not awaited)."""
+        if self._pool is None:
+            raise RuntimeError("Database.open() has not been awaited")
+        return self._pool
+
+    @asynccontextmanager
+    async def connection(self) -> AsyncIterator[asyncpg.Connection]:
+        """A pooled connection in autocommit mode; driver errors become domain errors."""
+        try:
+            async with self.pool.acquire(timeout=self._settings.acquire_timeout) as conn:
+                yield conn
+        except Exception as exc:
+            mapped = translate(exc)
+            if mapped is None:
+                raise
+            raise mapped from exc
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[asyncpg.Connection]:
+        """A pooled connection inside one transaction: all of it commits, or none of it."""
+        async with self.connection() as conn, conn.transaction():
+            yield conn
+
+    async def ping(self) -> bool:
+        """True if a trivial query succeeds within the acquire timeout."""
+        try:
+            async with self.connection() as conn:
+                return bool(await conn.fetchval(QUERIES.health.ping, timeout=2))
+        except Exception:  # readiness reports any failure as "not ready"
+            return False

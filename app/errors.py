@@ -1,0 +1,223 @@
+"""The domain error tree and its one mapping to RFC 9457 problem details.
+
+Services raise these; controllers never build error responses themselves. Framework
+exceptions (validation, routing, body size) are translated here too, so every error a
+client sees has the same ``application/problem+json`` shape.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, ClassVar
+
+from litestar import Request, Response
+from litestar.exceptions import HTTPException, ValidationException
+from litestar.status_codes import HTTP_500_INTERNAL_SERVER_ERROR
+
+logger = logging.getLogger("switchboard.errors")
+
+PROBLEM_JSON = "application/problem+json"
+PROBLEM_TYPE_PREFIX = "urn:switchboard:problem:"
+
+
+class SwitchboardError(Exception):
+    """Base of every error a service may raise; carries its HTTP status and problem type."""
+
+    status: ClassVar[int] = 500
+    title: ClassVar[str] = "Internal error"
+    slug: ClassVar[str] = "internal-error"
+
+    def __init__(self, detail: str, **extensions: Any) -> None:
+        super().__init__(detail)
+        self.detail = detail
+        self.extensions = extensions
+
+
+class BadRequest(SwitchboardError):
+    """The request is malformed (syntax, header, parameter)."""
+
+    status, title, slug = 400, "Bad request", "bad-request"
+
+
+class Unauthorized(SwitchboardError):
+    """No valid API key was presented."""
+
+    status, title, slug = 401, "Unauthorized", "unauthorized"
+
+
+class Forbidden(SwitchboardError):
+    """The key is valid but may not do this."""
+
+    status, title, slug = 403, "Forbidden", "forbidden"
+
+
+class NotFound(SwitchboardError):
+    """The resource does not exist (or the caller may not know that it does)."""
+
+    status, title, slug = 404, "Not found", "not-found"
+
+
+class Conflict(SwitchboardError):
+    """The request conflicts with the current state of the resource."""
+
+    status, title, slug = 409, "Conflict", "conflict"
+
+
+class VersionConflict(Conflict):
+    """An optimistic write was based on a version that is no longer current."""
+
+    title, slug = "Version conflict", "version-conflict"
+
+
+class Gone(SwitchboardError):
+    """The resource existed but is gone for good."""
+
+    status, title, slug = 410, "Gone", "gone"
+
+
+class PayloadTooLarge(SwitchboardError):
+    """The body (or a part of it) is over the configured limit."""
+
+    status, title, slug = 413, "Payload too large", "payload-too-large"
+
+
+class UnsupportedMediaType(SwitchboardError):
+    """The body is not in a media type the endpoint accepts."""
+
+    status, title, slug = 415, "Unsupported media type", "unsupported-media-type"
+
+
+class ValidationFailed(SwitchboardError):
+    """The body parsed but its content breaks the rules; ``errors`` names each field."""
+
+    status, title, slug = 422, "Validation failed", "validation-failed"
+
+
+class PreconditionRequired(SwitchboardError):
+    """A write that needs ``If-Match`` (or ``base_version``) arrived without it."""
+
+    status, title, slug = 428, "Precondition required", "precondition-required"
+
+
+class ServiceUnavailable(SwitchboardError):
+    """A dependency (usually PostgreSQL) cannot be reached right now; retry later."""
+
+    status, title, slug = 503, "Service unavailable", "service-unavailable"
+
+
+_STATUS_HEADERS = {
+    401: {"WWW-Authenticate": 'Bearer realm="switchboard"'},
+    503: {"Retry-After": "1"},
+}
+
+
+def problem_response(
+    status: int,
+    title: str,
+    slug: str,
+    detail: str,
+    instance: str,
+    extensions: dict[str, Any] | None = None,
+) -> Response[dict[str, Any]]:
+    """Build one problem+json response; extensions never override the standard members."""
+    body: dict[str, Any] = {
+        "type": PROBLEM_TYPE_PREFIX + slug,
+        "title": title,
+        "status": status,
+        "detail": detail,
+        "instance": instance,
+    }
+    for key, value in (extensions or {}).items():
+        body.setdefault(key, value)
+    headers = _STATUS_HEADERS.get(status)
+    return Response(body, status_code=status, media_type=PROBLEM_JSON, headers=headers)
+
+
+def handle_domain_error(request: Request[Any, Any, Any], exc: SwitchboardError) -> Response[Any]:
+    """Map a domain error to its problem response."""
+    return problem_response(
+        exc.status, exc.title, exc.slug, exc.detail, request.url.path, exc.extensions
+    )
+
+
+def handle_validation_error(
+    request: Request[Any, Any, Any], exc: ValidationException
+) -> Response[Any]:
+    """Turn Litestar's parameter/body validation errors into a 400 or 422 with field paths."""
+    errors = []
+    in_body = False
+    for item in exc.extra if isinstance(exc.extra, list) else []:
+        if not isinstance(item, dict):
+            continue
+        source = item.get("source", "body")
+        in_body = in_body or source == "body"
+        field = str(item.get("key") or "")
+        if source == "body" and field in ("", "data"):
+            field = "$"
+        errors.append({"field": field, "source": source, "message": str(item.get("message"))})
+    if in_body or not errors:
+        return problem_response(
+            422,
+            ValidationFailed.title,
+            ValidationFailed.slug,
+            "The request body does not match the expected schema.",
+            request.url.path,
+            {"errors": errors},
+        )
+    return problem_response(
+        400,
+        BadRequest.title,
+        "invalid-parameter",
+        "A path, query or header parameter is invalid.",
+        request.url.path,
+        {"errors": errors},
+    )
+
+
+_HTTP_SLUGS = {
+    400: ("Bad request", "bad-request"),
+    401: ("Unauthorized", "unauthorized"),
+    403: ("Forbidden", "forbidden"),
+    404: ("Not found", "not-found"),
+    405: ("Method not allowed", "method-not-allowed"),
+    413: ("Payload too large", "payload-too-large"),
+    415: ("Unsupported media type", "unsupported-media-type"),
+    429: ("Too many requests", "rate-limited"),
+}
+
+
+def handle_http_error(request: Request[Any, Any, Any], exc: HTTPException) -> Response[Any]:
+    """Give framework HTTP errors (routing, body limit, malformed JSON) the problem shape."""
+    status = exc.status_code
+    if status >= 500:
+        return handle_unexpected_error(request, exc)
+    title, slug = _HTTP_SLUGS.get(status, ("Client error", "client-error"))
+    detail = exc.detail or title
+    if status == 400 and "JSON" in detail:
+        slug, title = "malformed-json", "Malformed JSON"
+    if status == 413:
+        detail = "The request body is larger than this server accepts."
+    response = problem_response(status, title, slug, detail, request.url.path)
+    if exc.headers:
+        response.headers.update(exc.headers)
+    return response
+
+
+def handle_unexpected_error(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
+    """Log the bug and answer 500 without leaking internals."""
+    logger.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
+    return problem_response(
+        HTTP_500_INTERNAL_SERVER_ERROR,
+        "Internal error",
+        "internal-error",
+        "The server failed to handle this request; it has been logged.",
+        request.url.path,
+    )
+
+
+EXCEPTION_HANDLERS: dict[type[Exception], Any] = {
+    SwitchboardError: handle_domain_error,
+    ValidationException: handle_validation_error,
+    HTTPException: handle_http_error,
+    Exception: handle_unexpected_error,
+}

@@ -1,0 +1,1 @@
+"""Sessions: versioned, conflict-safe coordination state shared by every agent."""

@@ -1,0 +1,236 @@
+"""Session shapes, following the seed's ``SessionCoordinationState``.
+
+``session_state`` and ``coordination_metadata`` are validated as a whole after every write
+(create, merge patch, handoff, rollback), so a stored session always has this shape. Two
+values appear in two places for the seed's sake but are stored once: the progress lives in
+the ``progress_percentage`` column and is shown as ``session_state.progress_percentage`` too;
+the priority lives in ``priority`` and is shown as ``coordination_metadata.session_priority``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Annotated, Any, Literal
+from uuid import UUID
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+
+SessionType = Literal["multi_agent_chat", "planning_session", "consultation", "education"]
+SessionStatus = Literal["active", "idle", "completed", "expired", "escalated"]
+Priority = Literal["low", "normal", "high", "urgent"]
+ExecutionStatus = Literal["pending", "executing", "completed", "failed"]
+# Statuses a client may set directly; completed/expired come from /complete and the scheduler.
+SettableStatus = Literal["active", "idle", "escalated"]
+Progress = Annotated[int, Field(ge=0, le=100)]
+AgentRef = Annotated[str, StringConstraints(min_length=1, max_length=100)]
+ShortText = Annotated[str, StringConstraints(max_length=4000)]
+
+
+class ConversationContext(BaseModel):
+    """What the conversation is about; agents may add keys of their own."""
+
+    model_config = ConfigDict(extra="allow")
+
+    summary: ShortText | None = None
+    last_intent: str | None = None
+    topics: list[str] = Field(default_factory=list)
+    turn_count: int = Field(default=0, ge=0)
+
+
+class PendingAction(BaseModel):
+    """Something the session still has to do (e.g. a secondary intent queued for later)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    type: Annotated[str, StringConstraints(min_length=1, max_length=100)]
+    description: ShortText | None = None
+    priority_score: int = Field(default=0, ge=0, le=100)
+    status: Literal["pending", "in_progress", "done", "cancelled"] = "pending"
+    created_at: datetime | None = None
+
+
+class UserPreferences(BaseModel):
+    """How the user likes to be served; agents may add keys of their own."""
+
+    model_config = ConfigDict(extra="allow")
+
+    language: str | None = None
+    communication_style: str | None = None
+    notification_channel: str | None = None
+    timezone: str | None = None
+
+
+class SessionState(BaseModel):
+    """The seed's ``session_state``: the shared working memory of the session."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    active_process: Annotated[str, StringConstraints(min_length=1, max_length=200)] | None = None
+    progress_percentage: Progress | None = None
+    conversation_context: ConversationContext = Field(default_factory=ConversationContext)
+    pending_actions: list[PendingAction] = Field(default_factory=list, max_length=1000)
+    agent_outputs: dict[str, Any] = Field(default_factory=dict)
+    user_preferences: UserPreferences = Field(default_factory=UserPreferences)
+
+
+class CoordinationMetadata(BaseModel):
+    """The seed's ``coordination_metadata``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    session_priority: Priority | None = None
+    complexity_score: float | None = Field(default=None, ge=0, le=100)
+    # Seconds the coordinator expects the session still needs.
+    estimated_completion_time: int | None = Field(default=None, ge=0)
+    resource_requirements: list[Annotated[str, StringConstraints(max_length=200)]] = Field(
+        default_factory=list, max_length=100
+    )
+
+
+class AgentExecution(BaseModel):
+    """One step of the session's agent sequence."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    agent_name: AgentRef
+    execution_order: int = Field(ge=1)
+    status: ExecutionStatus
+    start_time: datetime | None = None
+    completion_time: datetime | None = None
+    output_summary: ShortText | None = None
+    next_agent: AgentRef | None = None
+
+
+class SessionEditable(BaseModel):
+    """Everything a client may change with a merge patch; validated after the patch applies."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    session_state: SessionState = Field(default_factory=SessionState)
+    coordination_metadata: CoordinationMetadata = Field(default_factory=CoordinationMetadata)
+    progress_percentage: Progress
+    priority: Priority
+    current_agent: AgentRef | None = None
+    preserve: bool
+    status: SettableStatus
+
+
+class SessionCreate(BaseModel):
+    """Open a session for a user."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    user_id: UUID
+    session_type: SessionType = "multi_agent_chat"
+    session_state: SessionState = Field(default_factory=SessionState)
+    coordination_metadata: CoordinationMetadata = Field(default_factory=CoordinationMetadata)
+    progress_percentage: Progress | None = None
+    priority: Priority | None = None
+    current_agent: AgentRef | None = None
+    preserve: bool = False
+    # Lifetime from now; the default and the ceiling are settings.
+    ttl_seconds: int | None = Field(default=None, ge=60)
+
+
+class Handoff(BaseModel):
+    """Pass the session from the current agent to the next one."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    to_agent: AgentRef
+    reason: Annotated[str, StringConstraints(min_length=1, max_length=500)]
+    output_summary: ShortText | None = None
+    # The outgoing agent's result: completed (default) or failed.
+    outcome: Literal["completed", "failed"] = "completed"
+    base_version: int | None = Field(default=None, ge=1)
+
+
+class Completion(BaseModel):
+    """Mark the session completed."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    output_summary: ShortText | None = None
+    base_version: int | None = Field(default=None, ge=1)
+
+
+class Rollback(BaseModel):
+    """Restore the content of an earlier version as a new version."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    to_version: int = Field(ge=1)
+    base_version: int | None = Field(default=None, ge=1)
+
+
+@dataclass(frozen=True, slots=True)
+class Session:
+    """A session as the API shows it."""
+
+    session_id: UUID
+    user_id: UUID
+    session_type: str
+    status: str
+    priority: str
+    current_agent: str | None
+    agent_sequence: list[dict[str, Any]]
+    session_state: dict[str, Any]
+    coordination_metadata: dict[str, Any]
+    progress_percentage: int
+    preserve: bool
+    version: int
+    created_at: datetime
+    updated_at: datetime
+    last_activity_at: datetime
+    expires_at: datetime
+    completed_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class SessionPage:
+    """One page of a user's sessions, newest first."""
+
+    items: list[Session]
+    next_cursor: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class SessionVersion:
+    """One committed change of a session."""
+
+    session_id: UUID
+    version: int
+    session_state: dict[str, Any]
+    agent_sequence: list[dict[str, Any]]
+    coordination_metadata: dict[str, Any]
+    current_agent: str | None
+    progress_percentage: int
+    status: str
+    priority: str
+    changed_by: str
+    change_reason: str
+    created_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class SessionVersionPage:
+    """One page of a session's history, newest first."""
+
+    items: list[SessionVersion]
+    next_cursor: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class SessionContent:
+    """The versioned content of a session, in storage form (mirrored fields removed)."""
+
+    session_state: dict[str, Any]
+    agent_sequence: list[dict[str, Any]]
+    coordination_metadata: dict[str, Any]
+    current_agent: str | None
+    progress_percentage: int
+    status: str
+    priority: str
+    preserve: bool
+    completed_at: datetime | None

@@ -1,0 +1,401 @@
+"""Session rules: creation, optimistic writes with a version row per change, handoffs,
+completion, heartbeats, history and rollback. The one place these rules live: the API,
+the webhooks and the scheduler all call this service."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from uuid import UUID
+
+import asyncpg
+
+from app.clock import Clock
+from app.common.pagination import DEFAULT_LIMIT, decode_time_id_cursor, encode_cursor
+from app.common.validation import validate_as
+from app.db.pool import Database
+from app.errors import Conflict, NotFound, ValidationFailed, VersionConflict
+from app.sessions import repository as repo
+from app.sessions.schemas import (
+    Completion,
+    Handoff,
+    Rollback,
+    Session,
+    SessionContent,
+    SessionCreate,
+    SessionEditable,
+    SessionPage,
+    SessionVersion,
+    SessionVersionPage,
+)
+from app.sessions.state import (
+    PATCHABLE,
+    close_current_execution,
+    merge_patch,
+    resolve_mirrored,
+    start_execution,
+    strip_mirrors,
+)
+from app.settings import SessionSettings
+from app.users import repository as users_repo
+
+# Sorts after every real row: the "cursor" of a first page.
+_END_OF_TIME = (datetime(9999, 12, 31, tzinfo=UTC), UUID(int=(1 << 128) - 1))
+_NO_VERSION_CEILING = 1 << 62
+# Sessions in these states take no content changes (only `preserve` may still be set).
+_CLOSED = frozenset({"completed", "expired"})
+
+Mutation = Callable[[Session, datetime], tuple[SessionContent, str]]
+
+
+def _content_of(session: Session) -> SessionContent:
+    state, metadata = strip_mirrors(session.session_state, session.coordination_metadata)
+    return SessionContent(
+        session_state=state,
+        agent_sequence=session.agent_sequence,
+        coordination_metadata=metadata,
+        current_agent=session.current_agent,
+        progress_percentage=session.progress_percentage,
+        status=session.status,
+        priority=session.priority,
+        preserve=session.preserve,
+        completed_at=session.completed_at,
+    )
+
+
+def _content_from_editable(
+    editable: SessionEditable, base: SessionContent, *, status: str | None = None
+) -> SessionContent:
+    state, metadata = strip_mirrors(
+        editable.session_state.model_dump(mode="json"),
+        editable.coordination_metadata.model_dump(mode="json"),
+    )
+    return SessionContent(
+        session_state=state,
+        agent_sequence=base.agent_sequence,
+        coordination_metadata=metadata,
+        current_agent=editable.current_agent,
+        progress_percentage=editable.progress_percentage,
+        status=status or editable.status,
+        priority=editable.priority,
+        preserve=editable.preserve,
+        completed_at=base.completed_at,
+    )
+
+
+class SessionService:
+    """Creates and changes sessions; every change is versioned and conflict-checked."""
+
+    def __init__(self, database: Database, clock: Clock, settings: SessionSettings) -> None:
+        self._db = database
+        self._clock = clock
+        self._settings = settings
+
+    # -- reads -------------------------------------------------------------------------
+
+    async def get_session(self, session_id: UUID) -> Session:
+        """One session (404 if unknown)."""
+        async with self._db.connection() as conn:
+            session = await repo.get_session(conn, session_id)
+        if session is None:
+            raise NotFound(f"No session {session_id}.")
+        return session
+
+    async def list_user_sessions(
+        self,
+        user_id: UUID,
+        status: str | None,
+        limit: int = DEFAULT_LIMIT,
+        cursor: str | None = None,
+    ) -> SessionPage:
+        """A user's sessions, newest first, one keyset page at a time."""
+        before = decode_time_id_cursor(cursor) if cursor else _END_OF_TIME
+        async with self._db.connection() as conn:
+            items = await repo.list_user_sessions(conn, user_id, status, before, limit + 1)
+            if not items and not await users_repo.user_exists(conn, user_id):
+                raise NotFound(f"No user {user_id}.")
+        next_cursor = None
+        if len(items) > limit:
+            items = items[:limit]
+            last = items[-1]
+            next_cursor = encode_cursor([last.created_at.isoformat(), str(last.session_id)])
+        return SessionPage(items=items, next_cursor=next_cursor)
+
+    async def list_versions(
+        self, session_id: UUID, limit: int = DEFAULT_LIMIT, cursor: str | None = None
+    ) -> SessionVersionPage:
+        """A session's history, newest first; the cursor is the last version seen."""
+        before = _NO_VERSION_CEILING
+        if cursor is not None:
+            if not cursor.isdigit() or len(cursor) > 18:
+                raise ValidationFailed(
+                    "The cursor is not one this server issued.",
+                    errors=[{"field": "cursor", "message": "expected a version number"}],
+                )
+            before = int(cursor)
+        async with self._db.connection() as conn:
+            items = await repo.list_session_versions(conn, session_id, before, limit + 1)
+            if not items and await repo.get_session(conn, session_id) is None:
+                raise NotFound(f"No session {session_id}.")
+        next_cursor = None
+        if len(items) > limit:
+            items = items[:limit]
+            next_cursor = str(items[-1].version)
+        return SessionVersionPage(items=items, next_cursor=next_cursor)
+
+    async def get_version(self, session_id: UUID, version: int) -> SessionVersion:
+        """One version of a session (404 if either is unknown)."""
+        async with self._db.connection() as conn:
+            found = await repo.get_session_version(conn, session_id, version)
+        if found is None:
+            raise NotFound(f"Session {session_id} has no version {version}.")
+        return found
+
+    # -- writes ------------------------------------------------------------------------
+
+    async def create_session(self, data: SessionCreate, actor: str) -> Session:
+        """Open a session at version 1 and record that version."""
+        lifetime = self._lifetime(data.ttl_seconds)
+        progress = resolve_mirrored(
+            data.model_dump(include={"progress_percentage", "session_state"}, exclude_unset=True),
+            "progress_percentage",
+            "session_state",
+            "progress_percentage",
+            0,
+        )
+        priority = resolve_mirrored(
+            data.model_dump(include={"priority", "coordination_metadata"}, exclude_unset=True),
+            "priority",
+            "coordination_metadata",
+            "session_priority",
+            "normal",
+        )
+        state, metadata = strip_mirrors(
+            data.session_state.model_dump(mode="json"),
+            data.coordination_metadata.model_dump(mode="json"),
+        )
+        content = SessionContent(
+            session_state=state,
+            agent_sequence=[],
+            coordination_metadata=metadata,
+            current_agent=data.current_agent,
+            progress_percentage=progress,
+            status="active",
+            priority=priority,
+            preserve=data.preserve,
+            completed_at=None,
+        )
+        now = self._clock.now()
+        try:
+            async with self._db.transaction() as conn:
+                session = await repo.insert_session(
+                    conn,
+                    user_id=data.user_id,
+                    session_type=data.session_type,
+                    content=content,
+                    now=now,
+                    expires_at=now + lifetime,
+                )
+                await repo.insert_session_version(
+                    conn, session.session_id, 1, content, actor, "created", now
+                )
+        except asyncpg.ForeignKeyViolationError:
+            raise ValidationFailed(
+                f"No user {data.user_id}; create the user first.",
+                errors=[{"field": "user_id", "message": "unknown user"}],
+            ) from None
+        return session
+
+    async def patch_session(
+        self, session_id: UUID, patch: dict[str, Any], bases: set[int] | None, actor: str
+    ) -> Session:
+        """Apply a JSON merge patch to the editable view of the session."""
+        unknown = sorted(set(patch) - PATCHABLE - {"base_version"})
+        if unknown:
+            raise ValidationFailed(
+                "These fields cannot be changed with PATCH.",
+                errors=[{"field": name, "message": "not patchable"} for name in unknown],
+            )
+        patch = {k: v for k, v in patch.items() if k != "base_version"}
+
+        def mutate(current: Session, _: datetime) -> tuple[SessionContent, str]:
+            if current.status in _CLOSED and set(patch) - {"preserve"}:
+                raise Conflict(
+                    f"Session {session_id} is {current.status}; only preserve can change.",
+                    session_status=current.status,
+                )
+            base = _content_of(current)
+            view = {
+                "session_state": current.session_state,
+                "coordination_metadata": current.coordination_metadata,
+                "progress_percentage": current.progress_percentage,
+                "priority": current.priority,
+                "current_agent": current.current_agent,
+                "preserve": current.preserve,
+                "status": "active" if current.status in _CLOSED else current.status,
+            }
+            merged = merge_patch(view, patch)
+            merged["progress_percentage"] = resolve_mirrored(
+                patch,
+                "progress_percentage",
+                "session_state",
+                "progress_percentage",
+                current.progress_percentage,
+            )
+            merged["priority"] = resolve_mirrored(
+                patch, "priority", "coordination_metadata", "session_priority", current.priority
+            )
+            editable = validate_as(SessionEditable, merged, what="session")
+            closed_status = current.status if current.status in _CLOSED else None
+            return _content_from_editable(editable, base, status=closed_status), "patched"
+
+        return await self._versioned_write(session_id, bases, actor, mutate)
+
+    async def handoff(
+        self, session_id: UUID, data: Handoff, bases: set[int] | None, actor: str
+    ) -> Session:
+        """Close the current agent's step and start one for ``to_agent``."""
+
+        def mutate(current: Session, now: datetime) -> tuple[SessionContent, str]:
+            self._require_open(current)
+            base = _content_of(current)
+            sequence = close_current_execution(
+                base.agent_sequence,
+                now=now,
+                outcome=data.outcome,
+                output_summary=data.output_summary,
+                next_agent=data.to_agent,
+            )
+            sequence = start_execution(sequence, data.to_agent, now)
+            content = replace(
+                base,
+                agent_sequence=sequence,
+                current_agent=data.to_agent,
+                status="active" if base.status == "idle" else base.status,
+            )
+            return content, f"handoff to {data.to_agent}: {data.reason}"
+
+        return await self._versioned_write(session_id, bases, actor, mutate)
+
+    async def complete(
+        self, session_id: UUID, data: Completion, bases: set[int] | None, actor: str
+    ) -> Session:
+        """Mark the session completed; the running step (if any) completes with it."""
+
+        def mutate(current: Session, now: datetime) -> tuple[SessionContent, str]:
+            self._require_open(current)
+            base = _content_of(current)
+            sequence = close_current_execution(
+                base.agent_sequence,
+                now=now,
+                outcome="completed",
+                output_summary=data.output_summary,
+                next_agent=None,
+            )
+            state = {**base.session_state, "active_process": None}
+            content = replace(
+                base,
+                session_state=state,
+                agent_sequence=sequence,
+                status="completed",
+                completed_at=now,
+            )
+            return content, "completed"
+
+        return await self._versioned_write(session_id, bases, actor, mutate)
+
+    async def rollback(
+        self, session_id: UUID, data: Rollback, bases: set[int] | None, actor: str
+    ) -> Session:
+        """Write a new version whose content equals ``to_version``; history is never rewritten."""
+        async with self._db.connection() as conn:
+            target = await repo.get_session_version(conn, session_id, data.to_version)
+        if target is None:
+            raise NotFound(f"Session {session_id} has no version {data.to_version}.")
+
+        def mutate(current: Session, _: datetime) -> tuple[SessionContent, str]:
+            self._require_open(current)
+            state, metadata = strip_mirrors(target.session_state, target.coordination_metadata)
+            content = SessionContent(
+                session_state=state,
+                agent_sequence=target.agent_sequence,
+                coordination_metadata=metadata,
+                current_agent=target.current_agent,
+                progress_percentage=target.progress_percentage,
+                priority=target.priority,
+                # Lifecycle fields are not content: they stay as they are now.
+                session_status=current.status,
+                preserve=current.preserve,
+                completed_at=current.completed_at,
+            )
+            return content, f"rollback to version {data.to_version}"
+
+        return await self._versioned_write(session_id, bases, actor, mutate)
+
+    async def touch(self, session_id: UUID) -> Session:
+        """Heartbeat: activity now; a running process keeps the session alive longer."""
+        async with self._db.transaction() as conn:
+            session = await repo.touch_session(
+                conn, session_id, self._clock.now(), self._settings.active_process_extension
+            )
+            if session is None:
+                existing = await repo.get_session(conn, session_id)
+                if existing is None:
+                    raise NotFound(f"No session {session_id}.")
+                raise Conflict(
+                    f"Session {session_id} is {existing.status}.", session_status=existing.status
+                )
+        return session
+
+    # -- helpers -----------------------------------------------------------------------
+
+    async def _versioned_write(
+        self, session_id: UUID, bases: set[int] | None, actor: str, mutate: Mutation
+    ) -> Session:
+        """Lock, check the base version, apply ``mutate``, bump, record: one transaction."""
+        now = self._clock.now()
+        async with self._db.transaction() as conn:
+            current = await repo.lock_session(conn, session_id)
+            if current is None:
+                raise NotFound(f"No session {session_id}.")
+            if bases is not None and current.version not in bases:
+                raise VersionConflict(
+                    f"Session {session_id} is at version {current.version}, not "
+                    f"{_describe(bases)}; re-read it, reapply your change and retry.",
+                    current_version=current.version,
+                    current=current,
+                )
+            content, reason = mutate(current, now)
+            updated = await repo.update_session_content(
+                conn, session_id, current.version, content, now
+            )
+            if updated is None:  # cannot happen while we hold the row lock
+                raise VersionConflict(f"Session {session_id} changed underneath this write.")
+            await repo.insert_session_version(
+                conn, session_id, updated.version, content, actor, reason, now
+            )
+        return updated
+
+    def _lifetime(self, ttl_seconds: int | None) -> timedelta:
+        if ttl_seconds is None:
+            return self._settings.default_ttl
+        lifetime = timedelta(seconds=ttl_seconds)
+        if lifetime > self._settings.max_ttl:
+            raise ValidationFailed(
+                f"ttl_seconds may be at most {int(self._settings.max_ttl.total_seconds())}.",
+                errors=[{"field": "ttl_seconds", "message": "above the configured maximum"}],
+            )
+        return lifetime
+
+    @staticmethod
+    def _require_open(session: Session) -> None:
+        if session.status in _CLOSED:
+            raise Conflict(
+                f"Session {session.session_id} is {session.status}.", session_status=session.status
+            )
+
+
+def _describe(bases: set[int]) -> str:
+    return " or ".join(str(v) for v in sorted(bases))

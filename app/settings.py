@@ -1,0 +1,73 @@
+"""Typed settings, grouped by concern and read from ``SWITCHBOARD_*`` environment variables.
+
+Settings are built once by the entry point (CLI, tests) and passed down; nothing reads the
+environment at import time.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+
+from pydantic import Field, PositiveInt
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+
+
+class ServerSettings(BaseSettings):
+    """Where the HTTP API listens and what it accepts."""
+
+    model_config = SettingsConfigDict(env_prefix="SWITCHBOARD_", extra="ignore")
+
+    host: str = "127.0.0.1"
+    port: int = Field(default=8080, ge=1, le=65535)
+    max_body_bytes: PositiveInt = 1024 * 1024
+    log_level: str = "INFO"
+
+
+class DatabaseSettings(BaseSettings):
+    """PostgreSQL connection. With no URL, an embedded server (pgserver) is started."""
+
+    model_config = SettingsConfigDict(env_prefix="SWITCHBOARD_DATABASE_", extra="ignore")
+
+    url: str | None = None
+    pool_min_size: int = Field(default=2, ge=0)
+    pool_max_size: PositiveInt = 10
+    # Seconds a statement may run before the request fails with 503.
+    command_timeout: float = Field(default=10.0, gt=0)
+    # Seconds a request waits for a free pool connection before 503.
+    acquire_timeout: float = Field(default=5.0, gt=0)
+
+
+class AuthSettings(BaseSettings):
+    """The admin key; agent keys live (hashed) in the database."""
+
+    model_config = SettingsConfigDict(env_prefix="SWITCHBOARD_", extra="ignore")
+
+    admin_key: str | None = Field(default=None, min_length=16)
+    # Used when SWITCHBOARD_ADMIN_KEY is unset: read, or generated on first start (mode 0600).
+    # Defaults to <data_dir>/admin.key.
+    admin_key_file: Path | None = None
+
+
+class SessionSettings(BaseSettings):
+    """Session lifetime rules (seed: 24 h default expiry, 4 h extension for active processes)."""
+
+    model_config = SettingsConfigDict(env_prefix="SWITCHBOARD_SESSION_", extra="ignore")
+
+    default_ttl: timedelta = timedelta(hours=24)
+    max_ttl: timedelta = timedelta(days=30)
+    active_process_extension: timedelta = timedelta(hours=4)
+
+
+class Settings(BaseSettings):
+    """All settings; each group reads its own prefix."""
+
+    model_config = SettingsConfigDict(env_prefix="SWITCHBOARD_", extra="ignore")
+
+    data_dir: Path = PROJECT_ROOT / ".switchboard"
+    server: ServerSettings = Field(default_factory=ServerSettings)
+    database: DatabaseSettings = Field(default_factory=DatabaseSettings)
+    auth: AuthSettings = Field(default_factory=AuthSettings)
+    sessions: SessionSettings = Field(default_factory=SessionSettings)

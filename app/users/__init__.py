@@ -1,0 +1,1 @@
+"""Users: the people whose sessions (and memories) Switchboard keeps."""

@@ -1,0 +1,4 @@
+-- Liveness of the database connection.
+
+-- name: ping
+SELECT 1

@@ -1,0 +1,81 @@
+-- Sessions: the coordinated state of one user's conversation across agents.
+-- Every content change bumps `version` and writes one session_state_versions row in the
+-- same transaction. Times come from the application clock ($n), never from now().
+
+-- name: insert_session
+INSERT INTO session_coordination (
+    user_id, session_type, priority, current_agent, agent_sequence, session_state,
+    coordination_metadata, progress_percentage, preserve,
+    created_at, updated_at, last_activity_at, expires_at
+)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $10, $10, $11)
+RETURNING *
+
+-- name: get_session
+SELECT * FROM session_coordination WHERE session_id = $1
+
+-- name: lock_session
+-- Serialises writers of one session; the version check then decides who wins.
+SELECT * FROM session_coordination WHERE session_id = $1 FOR UPDATE
+
+-- name: update_session_content
+UPDATE session_coordination
+SET session_state = $3,
+    agent_sequence = $4,
+    coordination_metadata = $5,
+    current_agent = $6,
+    progress_percentage = $7,
+    status = $8,
+    priority = $9,
+    preserve = $10,
+    completed_at = $11,
+    version = version + 1,
+    updated_at = $12,
+    last_activity_at = $12
+WHERE session_id = $1 AND version = $2
+RETURNING *
+
+-- name: insert_session_version
+INSERT INTO session_state_versions (
+    session_id, version, session_state, agent_sequence, coordination_metadata, current_agent,
+    progress_percentage, status, priority, changed_by, change_reason, created_at
+)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
+
+-- name: touch_session
+-- Heartbeat: records activity, wakes an idle session, and keeps a session with a running
+-- process alive for at least the extension period. Not a content change: no new version.
+-- Completed and expired sessions are left alone (no row back).
+UPDATE session_coordination
+SET last_activity_at = $2,
+    status = CASE WHEN status = 'idle' THEN 'active' ELSE status END,
+    expires_at = CASE
+        WHEN session_state ->> 'active_process' IS NOT NULL
+            THEN greatest(expires_at, $2::timestamptz + $3::interval)
+        ELSE expires_at
+    END
+WHERE session_id = $1 AND status NOT IN ('completed', 'expired')
+RETURNING *
+
+-- name: list_user_sessions
+-- Keyset page, newest first: rows strictly before the cursor ($2, $3).
+SELECT * FROM session_coordination
+WHERE user_id = $1 AND (created_at, session_id) < ($2, $3)
+ORDER BY created_at DESC, session_id DESC
+LIMIT $4
+
+-- name: list_user_sessions_by_status
+SELECT * FROM session_coordination
+WHERE user_id = $1 AND status = $2 AND (created_at, session_id) < ($3, $4)
+ORDER BY created_at DESC, session_id DESC
+LIMIT $5
+
+-- name: list_session_versions
+SELECT * FROM session_state_versions
+WHERE session_id = $1 AND version < $2
+ORDER BY version DESC
+LIMIT $3
+
+-- name: get_session_version
+SELECT * FROM session_state_versions
+WHERE session_id = $1 AND version = $2
