@@ -13,6 +13,7 @@ from typing import Any, ClassVar
 from litestar import Request, Response
 from litestar.exceptions import HTTPException, ValidationException
 from litestar.status_codes import HTTP_500_INTERNAL_SERVER_ERROR
+from litestar.types import ExceptionHandlersMap
 
 logger = logging.getLogger("switchboard.errors")
 
@@ -203,6 +204,18 @@ def handle_http_error(request: Request[Any, Any, Any], exc: HTTPException) -> Re
     return response
 
 
+def handle_recursion_error(request: Request[Any, Any, Any], exc: RecursionError) -> Response[Any]:
+    """The JSON decoder gives up on very deep nesting by recursing too far: bad input."""
+    logger.warning("rejected too deeply nested body on %s %s", request.method, request.url.path)
+    return problem_response(
+        400,
+        "Malformed JSON",
+        "too-deeply-nested",
+        "The JSON body is nested too deeply.",
+        request.url.path,
+    )
+
+
 def handle_unexpected_error(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
     """Log the bug and answer 500 without leaking internals."""
     logger.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
@@ -215,9 +228,10 @@ def handle_unexpected_error(request: Request[Any, Any, Any], exc: Exception) -> 
     )
 
 
-EXCEPTION_HANDLERS: dict[type[Exception], Any] = {
+EXCEPTION_HANDLERS: ExceptionHandlersMap = {
     SwitchboardError: handle_domain_error,
     ValidationException: handle_validation_error,
     HTTPException: handle_http_error,
+    RecursionError: handle_recursion_error,
     Exception: handle_unexpected_error,
 }

@@ -130,9 +130,7 @@ def same_app_client(app: Litestar, headers: dict[str, str] | None = None) -> htt
 
 
 @pytest.fixture
-async def anon(
-    app: Litestar, client: AsyncTestClient[Litestar]
-) -> AsyncIterator[httpx.AsyncClient]:
+async def anon(app: Litestar, client: httpx.AsyncClient) -> AsyncIterator[httpx.AsyncClient]:
     """A client of the same app that sends no key."""
     async with same_app_client(app) as anonymous:
         yield anonymous

@@ -2,19 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from datetime import datetime
-from typing import Any
 
 import asyncpg
 
 from app.agents.schemas import Agent
+from app.db.pool import Connection
 from app.db.queries import QUERIES
 
 Q = QUERIES.agents
 
 
-def _agent(row: Mapping[str, Any]) -> Agent:
+def _agent(row: asyncpg.Record) -> Agent:
     return Agent(
         agent_id=row["agent_id"],
         name=row["name"],
@@ -25,37 +24,37 @@ def _agent(row: Mapping[str, Any]) -> Agent:
 
 
 async def insert_agent(
-    conn: asyncpg.Connection, name: str, key_hash: bytes, roles: list[str], now: datetime
+    conn: Connection, name: str, key_hash: bytes, roles: list[str], now: datetime
 ) -> Agent | None:
     """Insert an agent; None if the name is taken."""
     row = await conn.fetchrow(Q.insert_agent, name, key_hash, roles, now)
     return None if row is None else _agent(row)
 
 
-async def get_agent_by_name(conn: asyncpg.Connection, name: str) -> Agent | None:
+async def get_agent_by_name(conn: Connection, name: str) -> Agent | None:
     """One agent by name."""
     row = await conn.fetchrow(Q.get_agent_by_name, name)
     return None if row is None else _agent(row)
 
 
-async def list_agents(conn: asyncpg.Connection) -> list[Agent]:
+async def list_agents(conn: Connection) -> list[Agent]:
     """Every agent, by name."""
     return [_agent(row) for row in await conn.fetch(Q.list_agents)]
 
 
-async def find_active_agent_by_key_hash(conn: asyncpg.Connection, key_hash: bytes) -> Agent | None:
+async def find_active_agent_by_key_hash(conn: Connection, key_hash: bytes) -> Agent | None:
     """The enabled agent whose key hashes to ``key_hash``."""
     row = await conn.fetchrow(Q.find_active_agent_by_key_hash, key_hash)
     return None if row is None else _agent(row)
 
 
-async def disable_agent(conn: asyncpg.Connection, name: str, now: datetime) -> Agent | None:
+async def disable_agent(conn: Connection, name: str, now: datetime) -> Agent | None:
     """Disable an agent (its key stops working); None if unknown."""
     row = await conn.fetchrow(Q.disable_agent, name, now)
     return None if row is None else _agent(row)
 
 
-async def replace_agent_key(conn: asyncpg.Connection, name: str, key_hash: bytes) -> Agent | None:
+async def replace_agent_key(conn: Connection, name: str, key_hash: bytes) -> Agent | None:
     """Swap in a new key hash and re-enable; None if unknown."""
     row = await conn.fetchrow(Q.replace_agent_key, name, key_hash)
     return None if row is None else _agent(row)

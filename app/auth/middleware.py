@@ -3,7 +3,7 @@ read. Accepts ``Authorization: Bearer <key>`` or ``X-API-Key: <key>``."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from litestar.middleware import AbstractAuthenticationMiddleware, AuthenticationResult
 
@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 PUBLIC_PATHS = ["^/health$", "^/ready$", "^/schema", "^/.well-known/"]
 
 
-def presented_key(connection: ASGIConnection[object, object, object, object]) -> str | None:
+def presented_key(connection: ASGIConnection[Any, Any, Any, Any]) -> str | None:
     """The API key in the request headers, if any."""
     authorization = connection.headers.get("authorization")
     if authorization:
@@ -35,7 +35,7 @@ class ApiKeyAuthMiddleware(AbstractAuthenticationMiddleware):
     """Resolve the caller's key to a :class:`Principal` or answer 401."""
 
     async def authenticate_request(
-        self, connection: ASGIConnection[object, object, object, object]
+        self, connection: ASGIConnection[Any, Any, Any, Any]
     ) -> AuthenticationResult:
         """Look the key up; the admin key is checked first, in constant time."""
         key = presented_key(connection)

@@ -10,6 +10,37 @@ from app.errors import ValidationFailed
 
 M = TypeVar("M", bound=BaseModel)
 
+# Deeper JSON than this is refused: nobody's real state needs it, and serializers (pydantic,
+# orjson) give up somewhere past 250 levels with errors that are not the client's fault.
+MAX_JSON_DEPTH = 64
+
+
+def json_depth(value: Any) -> int:
+    """Nesting depth of a JSON-like value (scalars are 0), computed without recursion."""
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, dict):
+            children: Any = node.values()
+        elif isinstance(node, list):
+            children = node
+        else:
+            continue
+        depth += 1
+        deepest = max(deepest, depth)
+        if deepest > MAX_JSON_DEPTH:
+            return deepest
+        stack.extend((child, depth) for child in children)
+    return deepest
+
+
+def reject_deep_json(value: Any) -> Any:
+    """A pydantic ``before`` validator body: refuse values nested beyond MAX_JSON_DEPTH."""
+    if json_depth(value) > MAX_JSON_DEPTH:
+        raise ValueError(f"nested more than {MAX_JSON_DEPTH} levels deep")
+    return value
+
 
 def field_errors(exc: ValidationError, prefix: str = "") -> list[dict[str, str]]:
     """Pydantic errors as ``[{field, message}]`` with dotted paths."""
@@ -26,4 +57,6 @@ def validate_as(model: type[M], data: Any, *, what: str) -> M:
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        raise ValidationFailed(f"The resulting {what} is not valid.", errors=field_errors(exc))
+        raise ValidationFailed(
+            f"The resulting {what} is not valid.", errors=field_errors(exc)
+        ) from None

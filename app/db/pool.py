@@ -7,23 +7,25 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, TypeAlias
 
 import asyncpg
 import orjson
+from asyncpg.pool import PoolConnectionProxy
 
 from app.db.errors import translate
 from app.db.queries import QUERIES
 from app.settings import DatabaseSettings
 
-Connection = asyncpg.Connection  # re-exported so repositories need not import asyncpg
+# What repositories receive: a pooled connection (a proxy) or, in scripts, a plain one.
+Connection: TypeAlias = "asyncpg.Connection[asyncpg.Record] | PoolConnectionProxy[asyncpg.Record]"
 
 
 def _encode_json(value: Any) -> str:
     return orjson.dumps(value).decode()
 
 
-async def _init_connection(conn: asyncpg.Connection) -> None:
+async def _init_connection(conn: asyncpg.Connection[asyncpg.Record]) -> None:
     for type_name in ("json", "jsonb"):
         await conn.set_type_codec(
             type_name, encoder=_encode_json, decoder=orjson.loads, schema="pg_catalog"
@@ -36,7 +38,7 @@ class Database:
     def __init__(self, url: str, settings: DatabaseSettings) -> None:
         self._url = url
         self._settings = settings
-        self._pool: asyncpg.Pool | None = None
+        self._pool: asyncpg.Pool[asyncpg.Record] | None = None
 
     @property
     def url(self) -> str:
@@ -64,14 +66,14 @@ class Database:
                 pool.terminate()
 
     @property
-    def pool(self) -> asyncpg.Pool:
+    def pool(self) -> asyncpg.Pool[asyncpg.Record]:
         """The open pool (raises if ``open`` was not awaited)."""
         if self._pool is None:
             raise RuntimeError("Database.open() has not been awaited")
         return self._pool
 
     @asynccontextmanager
-    async def connection(self) -> AsyncIterator[asyncpg.Connection]:
+    async def connection(self) -> AsyncIterator[Connection]:
         """A pooled connection in autocommit mode; driver errors become domain errors."""
         try:
             async with self.pool.acquire(timeout=self._settings.acquire_timeout) as conn:
@@ -83,7 +85,7 @@ class Database:
             raise mapped from exc
 
     @asynccontextmanager
-    async def transaction(self) -> AsyncIterator[asyncpg.Connection]:
+    async def transaction(self) -> AsyncIterator[Connection]:
         """A pooled connection inside one transaction: all of it commits, or none of it."""
         async with self.connection() as conn, conn.transaction():
             yield conn

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from datetime import datetime, timedelta
-from typing import Any
 from uuid import UUID
 
 import asyncpg
 
+from app.db.pool import Connection
 from app.db.queries import QUERIES
 from app.sessions.schemas import Session, SessionContent, SessionVersion
 from app.sessions.state import show_mirrors
@@ -16,7 +15,7 @@ from app.sessions.state import show_mirrors
 Q = QUERIES.sessions
 
 
-def _session(row: Mapping[str, Any]) -> Session:
+def _session(row: asyncpg.Record) -> Session:
     state, metadata = show_mirrors(
         row["session_state"],
         row["coordination_metadata"],
@@ -44,7 +43,7 @@ def _session(row: Mapping[str, Any]) -> Session:
     )
 
 
-def _version(row: Mapping[str, Any]) -> SessionVersion:
+def _version(row: asyncpg.Record) -> SessionVersion:
     state, metadata = show_mirrors(
         row["session_state"],
         row["coordination_metadata"],
@@ -68,7 +67,7 @@ def _version(row: Mapping[str, Any]) -> SessionVersion:
 
 
 async def insert_session(
-    conn: asyncpg.Connection,
+    conn: Connection,
     *,
     user_id: UUID,
     session_type: str,
@@ -91,23 +90,25 @@ async def insert_session(
         now,
         expires_at,
     )
+    if row is None:  # INSERT ... RETURNING always returns the row
+        raise RuntimeError("insert_session returned no row")
     return _session(row)
 
 
-async def get_session(conn: asyncpg.Connection, session_id: UUID) -> Session | None:
+async def get_session(conn: Connection, session_id: UUID) -> Session | None:
     """One session by id."""
     row = await conn.fetchrow(Q.get_session, session_id)
     return None if row is None else _session(row)
 
 
-async def lock_session(conn: asyncpg.Connection, session_id: UUID) -> Session | None:
+async def lock_session(conn: Connection, session_id: UUID) -> Session | None:
     """One session, row-locked until the transaction ends."""
     row = await conn.fetchrow(Q.lock_session, session_id)
     return None if row is None else _session(row)
 
 
 async def update_session_content(
-    conn: asyncpg.Connection,
+    conn: Connection,
     session_id: UUID,
     expected_version: int,
     content: SessionContent,
@@ -133,7 +134,7 @@ async def update_session_content(
 
 
 async def insert_session_version(
-    conn: asyncpg.Connection,
+    conn: Connection,
     session_id: UUID,
     version: int,
     content: SessionContent,
@@ -160,7 +161,7 @@ async def insert_session_version(
 
 
 async def touch_session(
-    conn: asyncpg.Connection, session_id: UUID, now: datetime, extension: timedelta
+    conn: Connection, session_id: UUID, now: datetime, extension: timedelta
 ) -> Session | None:
     """Heartbeat; None if the session does not exist."""
     row = await conn.fetchrow(Q.touch_session, session_id, now, extension)
@@ -168,7 +169,7 @@ async def touch_session(
 
 
 async def list_user_sessions(
-    conn: asyncpg.Connection,
+    conn: Connection,
     user_id: UUID,
     status: str | None,
     before: tuple[datetime, UUID],
@@ -185,7 +186,7 @@ async def list_user_sessions(
 
 
 async def list_session_versions(
-    conn: asyncpg.Connection, session_id: UUID, before_version: int, limit: int
+    conn: Connection, session_id: UUID, before_version: int, limit: int
 ) -> list[SessionVersion]:
     """A page of a session's history, newest first."""
     rows = await conn.fetch(Q.list_session_versions, session_id, before_version, limit)
@@ -193,7 +194,7 @@ async def list_session_versions(
 
 
 async def get_session_version(
-    conn: asyncpg.Connection, session_id: UUID, version: int
+    conn: Connection, session_id: UUID, version: int
 ) -> SessionVersion | None:
     """One version of a session."""
     row = await conn.fetchrow(Q.get_session_version, session_id, version)

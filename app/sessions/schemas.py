@@ -14,7 +14,9 @@ from datetime import datetime
 from typing import Annotated, Any, Literal
 from uuid import UUID
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+
+from app.common.validation import reject_deep_json
 
 SessionType = Literal["multi_agent_chat", "planning_session", "consultation", "education"]
 SessionStatus = Literal["active", "idle", "completed", "expired", "escalated"]
@@ -65,6 +67,11 @@ class SessionState(BaseModel):
     """The seed's ``session_state``: the shared working memory of the session."""
 
     model_config = ConfigDict(extra="forbid")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _bounded_depth(cls, value: Any) -> Any:
+        return reject_deep_json(value)
 
     active_process: Annotated[str, StringConstraints(min_length=1, max_length=200)] | None = None
     progress_percentage: Progress | None = None

@@ -326,7 +326,7 @@ class SessionService:
                 progress_percentage=target.progress_percentage,
                 priority=target.priority,
                 # Lifecycle fields are not content: they stay as they are now.
-                session_status=current.status,
+                status=current.status,
                 preserve=current.preserve,
                 completed_at=current.completed_at,
             )

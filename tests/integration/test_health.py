@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import httpx
 
-
 from app.asgi import create_app
 from app.settings import Settings
 from tests import dbutil

@@ -1,0 +1,42 @@
+"""Small helpers shared by the integration tests."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+
+
+def assert_problem(response: httpx.Response, status: int) -> dict[str, Any]:
+    """Assert an RFC 9457 problem response with ``status`` and return its body."""
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"].startswith("application/problem+json")
+    body: dict[str, Any] = response.json()
+    assert body["status"] == status
+    assert body["type"].startswith("urn:switchboard:problem:")
+    assert body["title"]
+    assert body["detail"]
+    return body
+
+
+async def create_user(client: httpx.AsyncClient, external_ref: str | None = None) -> str:
+    """Create a user and return its id."""
+    response = await client.post("/v1/users", json={"external_ref": external_ref})
+    assert response.status_code == 201, response.text
+    user_id: str = response.json()["id"]
+    return user_id
+
+
+async def create_session(client: httpx.AsyncClient, **fields: Any) -> dict[str, Any]:
+    """Create a session (and a user for it unless ``user_id`` is given); return the body."""
+    if "user_id" not in fields:
+        fields["user_id"] = await create_user(client)
+    response = await client.post("/v1/sessions", json=fields)
+    assert response.status_code == 201, response.text
+    body: dict[str, Any] = response.json()
+    return body
+
+
+def if_match(version: int) -> dict[str, str]:
+    """The If-Match header for a version."""
+    return {"If-Match": f'"{version}"'}

@@ -1,0 +1,109 @@
+"""Authentication and authorisation: keys, roles, and routes nobody can forget to protect."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import pytest
+from litestar import Litestar
+
+from tests.conftest import ADMIN_KEY, app_client
+from tests.integration.helpers import assert_problem
+
+PUBLIC = {"/health", "/ready"}
+
+
+async def test_no_key_is_401_with_challenge(anon: httpx.AsyncClient) -> None:
+    response = await anon.get("/v1/agents")
+    assert_problem(response, 401)
+    assert response.headers["www-authenticate"].startswith("Bearer")
+
+
+async def test_unknown_key_is_401(running_app: Litestar) -> None:
+    async with app_client(running_app, {"Authorization": "Bearer sb_not-a-real-key"}) as c:
+        assert_problem(await c.get("/v1/users?external_ref=x"), 401)
+
+
+async def test_malformed_authorization_header_is_401(running_app: Litestar) -> None:
+    async with app_client(running_app, {"Authorization": f"Basic {ADMIN_KEY}"}) as c:
+        assert_problem(await c.get("/v1/agents"), 401)
+
+
+async def test_admin_key_works_as_x_api_key(running_app: Litestar) -> None:
+    async with app_client(running_app, {"X-API-Key": ADMIN_KEY}) as c:
+        assert (await c.get("/v1/agents")).status_code == 200
+
+
+async def test_agent_key_reaches_agent_routes_but_not_admin_routes(
+    make_agent_client: Any,
+) -> None:
+    agent = await make_agent_client("Make_Plan_Agent", ["authorized"])
+    async with agent:
+        response = await agent.post("/v1/users", json={})
+        assert response.status_code == 201
+        assert_problem(await agent.get("/v1/agents"), 403)
+        assert_problem(await agent.post("/v1/agents", json={"name": "Sneaky"}), 403)
+        user_id = response.json()["id"]
+        assert_problem(await agent.delete(f"/v1/users/{user_id}"), 403)
+
+
+async def test_disabled_agent_key_stops_working_and_rotation_revives(
+    client: httpx.AsyncClient, running_app: Litestar
+) -> None:
+    created = (await client.post("/v1/agents", json={"name": "Educate_Customer_Agent"})).json()
+    old_key = created["api_key"]
+    async with app_client(running_app, {"X-API-Key": old_key}) as agent:
+        assert (await agent.post("/v1/users", json={})).status_code == 201
+        assert (await client.delete("/v1/agents/Educate_Customer_Agent")).status_code == 204
+        assert_problem(await agent.post("/v1/users", json={}), 401)
+
+    rotated = await client.post("/v1/agents/Educate_Customer_Agent/key")
+    assert rotated.status_code == 201
+    new_key = rotated.json()["api_key"]
+    assert new_key != old_key
+    assert rotated.json()["disabled_at"] is None
+    async with app_client(running_app, {"X-API-Key": new_key}) as agent:
+        assert (await agent.post("/v1/users", json={})).status_code == 201
+    async with app_client(running_app, {"X-API-Key": old_key}) as agent:
+        assert_problem(await agent.post("/v1/users", json={}), 401)
+
+
+async def test_auth_is_checked_before_the_body_is_parsed(anon: httpx.AsyncClient) -> None:
+    response = await anon.post(
+        "/v1/sessions", content=b"{not json", headers={"content-type": "application/json"}
+    )
+    assert_problem(response, 401)
+
+
+def _concrete_path(path: str) -> str:
+    replacements = {
+        "{user_id:uuid}": "00000000-0000-7000-8000-000000000000",
+        "{session_id:uuid}": "00000000-0000-7000-8000-000000000000",
+        "{name:str}": "Some_Agent",
+        "{version:int}": "1",
+    }
+    for placeholder, value in replacements.items():
+        path = path.replace(placeholder, value)
+    assert "{" not in path, f"add a sample value for the parameter in {path}"
+    return path
+
+
+async def test_every_route_but_the_public_ones_requires_a_key(
+    running_app: Litestar, anon: httpx.AsyncClient
+) -> None:
+    """Enumerates the app's routes, so a new route cannot forget authentication."""
+    checked = 0
+    for route in running_app.routes:
+        if route.path in PUBLIC or route.path.startswith("/schema"):
+            continue
+        for method in sorted(getattr(route, "methods", set()) - {"OPTIONS", "HEAD"}):
+            response = await anon.request(method, _concrete_path(route.path), json={})
+            assert response.status_code == 401, (method, route.path, response.status_code)
+            checked += 1
+    assert checked >= 15
+
+
+@pytest.mark.parametrize("path", [*sorted(PUBLIC), "/schema/openapi.json"])
+async def test_public_routes_need_no_key(anon: httpx.AsyncClient, path: str) -> None:
+    assert (await anon.get(path)).status_code == 200
