@@ -20,6 +20,16 @@ from app.clock import Clock, SystemClock
 from app.db.pool import Database
 from app.errors import EXCEPTION_HANDLERS, UnsupportedMediaType
 from app.health.controller import HealthController
+from app.memories.controller import (
+    AccessLevelController,
+    AuditController,
+    MemoryCategoryController,
+    MemoryController,
+    MemoryTypeController,
+    SessionContextController,
+    UserMemoriesController,
+)
+from app.memories.service import MemoryService
 from app.sessions.controller import SessionController, UserSessionsController
 from app.sessions.service import SessionService
 from app.settings import Settings
@@ -65,6 +75,7 @@ def create_app(
     agent_service = AgentService(database, clock, admin_key)
     user_service = UserService(database, clock)
     session_service = SessionService(database, clock, settings.sessions)
+    memory_service = MemoryService(database, clock, settings.memories)
 
     @asynccontextmanager
     async def lifespan(_: Litestar) -> AsyncIterator[None]:
@@ -84,12 +95,20 @@ def create_app(
             UserController,
             SessionController,
             UserSessionsController,
+            MemoryController,
+            SessionContextController,
+            UserMemoriesController,
+            MemoryCategoryController,
+            MemoryTypeController,
+            AccessLevelController,
+            AuditController,
         ],
         dependencies={
             "database": provide(database),
             "agent_service": provide(agent_service),
             "user_service": provide(user_service),
             "session_service": provide(session_service),
+            "memory_service": provide(memory_service),
         },
         middleware=[DefineMiddleware(ApiKeyAuthMiddleware, exclude=PUBLIC_PATHS)],
         before_request=require_json_body,

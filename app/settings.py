@@ -61,6 +61,16 @@ class SessionSettings(BaseSettings):
     active_process_extension: timedelta = timedelta(hours=4)
 
 
+class MemorySettings(BaseSettings):
+    """Limits of the memory API (seed: content at most 1 MB)."""
+
+    model_config = SettingsConfigDict(env_prefix="SWITCHBOARD_MEMORY_", extra="ignore")
+
+    max_content_bytes: PositiveInt = 1024 * 1024
+    # Default byte budget of GET /v1/sessions/{id}/context when the caller names none.
+    context_default_max_bytes: PositiveInt = 64 * 1024
+
+
 class Settings(BaseSettings):
     """All settings; each group reads its own prefix."""
 
@@ -71,3 +81,4 @@ class Settings(BaseSettings):
     database: DatabaseSettings = Field(default_factory=DatabaseSettings)
     auth: AuthSettings = Field(default_factory=AuthSettings)
     sessions: SessionSettings = Field(default_factory=SessionSettings)
+    memories: MemorySettings = Field(default_factory=MemorySettings)

@@ -52,11 +52,23 @@ def field_errors(exc: ValidationError, prefix: str = "") -> list[dict[str, str]]
     return errors
 
 
+def validate_each(model: type[M], items: list[Any]) -> list[M]:
+    """Validate every item of a batch; one 422 lists all bad fields as ``<index>.<path>``."""
+    valid: list[M] = []
+    errors: list[dict[str, str]] = []
+    for index, item in enumerate(items):
+        try:
+            valid.append(model.model_validate(item))
+        except ValidationError as exc:
+            errors += field_errors(exc, prefix=str(index))
+    if errors:
+        raise ValidationFailed("Some items of the batch are not valid.", errors=errors)
+    return valid
+
+
 def validate_as(model: type[M], data: Any, *, what: str) -> M:
     """``model.model_validate(data)`` or a 422 naming every bad field of ``what``."""
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        raise ValidationFailed(
-            f"The resulting {what} is not valid.", errors=field_errors(exc)
-        ) from None
+        raise ValidationFailed(f"The {what} is not valid.", errors=field_errors(exc)) from None

@@ -247,7 +247,7 @@ class SessionService:
             merged["priority"] = resolve_mirrored(
                 patch, "priority", "coordination_metadata", "session_priority", current.priority
             )
-            editable = validate_as(SessionEditable, merged, what="session")
+            editable = validate_as(SessionEditable, merged, what="session after this patch")
             closed_status = current.status if current.status in _CLOSED else None
             return _content_from_editable(editable, base, status=closed_status), "patched"
 

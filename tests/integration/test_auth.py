@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import httpx
@@ -76,17 +77,12 @@ async def test_auth_is_checked_before_the_body_is_parsed(anon: httpx.AsyncClient
     assert_problem(response, 401)
 
 
+_SAMPLES = {"uuid": "00000000-0000-7000-8000-000000000000", "int": "1", "str": "sample"}
+
+
 def _concrete_path(path: str) -> str:
-    replacements = {
-        "{user_id:uuid}": "00000000-0000-7000-8000-000000000000",
-        "{session_id:uuid}": "00000000-0000-7000-8000-000000000000",
-        "{name:str}": "Some_Agent",
-        "{version:int}": "1",
-    }
-    for placeholder, value in replacements.items():
-        path = path.replace(placeholder, value)
-    assert "{" not in path, f"add a sample value for the parameter in {path}"
-    return path
+    """Fill every typed path parameter with a sample value of its type."""
+    return re.sub(r"\{\w+:(\w+)\}", lambda m: _SAMPLES[m.group(1)], path)
 
 
 async def test_every_route_but_the_public_ones_requires_a_key(

@@ -1,0 +1,1 @@
+"""Memories: shared facts about users and sessions, with retention and access levels."""

@@ -1,0 +1,383 @@
+"""Memory rows in and out of PostgreSQL. Access levels are applied by the statements."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+from uuid import UUID
+
+import asyncpg
+
+from app.db.pool import Connection
+from app.db.queries import QUERIES
+from app.memories.schemas import AccessLevel, AccessLogEntry, Category, Memory, MemoryType
+
+Q = QUERIES.memories
+
+
+@dataclass(frozen=True, slots=True)
+class Reader:
+    """Whose access rules a statement applies: the admin flag and the agent's roles."""
+
+    is_admin: bool
+    roles: list[str]
+
+
+@dataclass(frozen=True, slots=True)
+class WriteReference:
+    """The reference data a write is validated against."""
+
+    types: dict[str, str]
+    categories: dict[str, str]
+    levels: frozenset[str]
+    readable: frozenset[str]
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryFilter:
+    """Optional filters of a memory list; at least one of the first four is set."""
+
+    user_id: UUID | None = None
+    session_id: UUID | None = None
+    agent_name: str | None = None
+    contains: Any = None
+    memory_type: str | None = None
+    category: str | None = None
+    since: datetime | None = None
+
+
+def _memory(row: asyncpg.Record) -> Memory:
+    return Memory(
+        memory_id=row["memory_id"],
+        user_id=row["user_id"],
+        session_id=row["session_id"],
+        agent_name=row["agent_name"],
+        memory_type=row["memory_type"],
+        category=row["category"],
+        key=row["key"],
+        content=row["content"],
+        content_size=row["content_size"],
+        access_level=row["access_level"],
+        version=row["version"],
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
+        expires_at=row["expires_at"],
+    )
+
+
+def _category(row: asyncpg.Record) -> Category:
+    retention: timedelta | None = row["retention"]
+    return Category(
+        name=row["name"],
+        retention_seconds=None if retention is None else int(retention.total_seconds()),
+        default_access_level=row["default_access_level"],
+        description=row["description"],
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
+    )
+
+
+async def write_reference(conn: Connection, reader: Reader) -> WriteReference:
+    """Types, categories and levels, plus the levels ``reader`` may use."""
+    row = await conn.fetchrow(Q.write_reference, reader.is_admin, reader.roles)
+    if row is None:  # a SELECT without FROM always returns one row
+        raise RuntimeError("write_reference returned no row")
+    return WriteReference(
+        types=row["types"],
+        categories=row["categories"],
+        levels=frozenset(row["levels"]),
+        readable=frozenset(row["readable"]),
+    )
+
+
+async def session_owners(conn: Connection, session_ids: list[UUID]) -> dict[UUID, UUID]:
+    """session_id -> user_id for the sessions that exist."""
+    rows = await conn.fetch(Q.session_owners, session_ids)
+    return {row["session_id"]: row["user_id"] for row in rows}
+
+
+async def existing_users(conn: Connection, user_ids: list[UUID]) -> set[UUID]:
+    """The subset of ``user_ids`` that exist."""
+    return {row["id"] for row in await conn.fetch(Q.existing_users, user_ids)}
+
+
+async def insert_memory(
+    conn: Connection,
+    *,
+    user_id: UUID,
+    session_id: UUID | None,
+    agent_name: str,
+    memory_type: str,
+    category: str,
+    key: str | None,
+    content: Any,
+    content_size: int,
+    access_level: str,
+    now: datetime,
+    reader: Reader,
+) -> Memory | None:
+    """Insert; None if the level is not the writer's to use or the key is taken."""
+    row = await conn.fetchrow(
+        Q.insert_memory,
+        user_id,
+        session_id,
+        agent_name,
+        memory_type,
+        category,
+        key,
+        content,
+        content_size,
+        access_level,
+        now,
+        reader.is_admin,
+        reader.roles,
+    )
+    return None if row is None else _memory(row)
+
+
+async def lock_memory_by_key(
+    conn: Connection, user_id: UUID, category: str, key: str
+) -> Memory | None:
+    """The named memory, row-locked (expired or not, visible or not)."""
+    row = await conn.fetchrow(Q.lock_memory_by_key, user_id, category, key)
+    return None if row is None else _memory(row)
+
+
+async def update_memory(
+    conn: Connection,
+    *,
+    memory_id: UUID,
+    content: Any,
+    content_size: int,
+    access_level: str,
+    memory_type: str,
+    session_id: UUID | None,
+    agent_name: str,
+    now: datetime,
+    expected_version: int,
+    reader: Reader,
+) -> Memory | None:
+    """Rewrite; None if the version moved or the reader may not touch the old/new level."""
+    row = await conn.fetchrow(
+        Q.update_memory,
+        memory_id,
+        content,
+        content_size,
+        access_level,
+        memory_type,
+        session_id,
+        agent_name,
+        now,
+        expected_version,
+        reader.is_admin,
+        reader.roles,
+    )
+    return None if row is None else _memory(row)
+
+
+async def get_memory(
+    conn: Connection, memory_id: UUID, now: datetime, reader: Reader
+) -> Memory | None:
+    """One memory, if it is live and the reader may see it."""
+    row = await conn.fetchrow(Q.get_memory, memory_id, now, reader.is_admin, reader.roles)
+    return None if row is None else _memory(row)
+
+
+async def delete_memory(conn: Connection, memory_id: UUID, now: datetime, reader: Reader) -> bool:
+    """Delete a live memory the reader may see; False if there was none."""
+    deleted = await conn.fetchval(Q.delete_memory, memory_id, now, reader.is_admin, reader.roles)
+    return deleted is not None
+
+
+async def list_memories(
+    conn: Connection,
+    where: MemoryFilter,
+    before: tuple[datetime, UUID],
+    now: datetime,
+    reader: Reader,
+    limit: int,
+) -> list[Memory]:
+    """A keyset page, newest first, through the index that fits the filter."""
+    access = (before[0], before[1], now, reader.is_admin, reader.roles)
+    if where.session_id is not None:
+        rows = await conn.fetch(
+            Q.list_memories_by_session,
+            where.session_id,
+            *access,
+            where.user_id,
+            where.agent_name,
+            where.memory_type,
+            where.category,
+            where.since,
+            where.contains,
+            limit,
+        )
+    elif where.user_id is not None:
+        rows = await conn.fetch(
+            Q.list_memories_by_user,
+            where.user_id,
+            *access,
+            where.session_id,
+            where.agent_name,
+            where.memory_type,
+            where.category,
+            where.since,
+            where.contains,
+            limit,
+        )
+    elif where.agent_name is not None:
+        rows = await conn.fetch(
+            Q.list_memories_by_agent,
+            where.agent_name,
+            *access,
+            where.session_id,
+            where.user_id,
+            where.memory_type,
+            where.category,
+            where.since,
+            where.contains,
+            limit,
+        )
+    else:
+        rows = await conn.fetch(
+            Q.list_memories_by_content,
+            where.contains,
+            *access,
+            where.memory_type,
+            where.category,
+            where.since,
+            limit,
+        )
+    return [_memory(row) for row in rows]
+
+
+async def list_context_memories(
+    conn: Connection, user_id: UUID, session_id: UUID, now: datetime, reader: Reader, limit: int
+) -> list[Memory]:
+    """The session's and the user's session-less memories the reader may see."""
+    rows = await conn.fetch(
+        Q.list_context_memories, user_id, session_id, now, reader.is_admin, reader.roles, limit
+    )
+    return [_memory(row) for row in rows]
+
+
+async def erase_user_memories(conn: Connection, user_id: UUID) -> tuple[int, int]:
+    """Delete a user's live and archived memories; (live, archived) counts."""
+    row = await conn.fetchrow(Q.erase_user_memories, user_id)
+    if row is None:
+        raise RuntimeError("erase_user_memories returned no row")
+    return int(row["memories"]), int(row["archived"])
+
+
+async def list_access_log(
+    conn: Connection,
+    agent_name: str | None,
+    since: datetime,
+    before: tuple[datetime, UUID],
+    limit: int,
+) -> list[AccessLogEntry]:
+    """A page of the audit log, newest first."""
+    if agent_name is None:
+        rows = await conn.fetch(Q.list_access_log, since, before[0], before[1], limit)
+    else:
+        rows = await conn.fetch(
+            Q.list_access_log_by_agent, agent_name, since, before[0], before[1], limit
+        )
+    return [
+        AccessLogEntry(
+            log_id=row["log_id"],
+            agent_name=row["agent_name"],
+            acting_principal=row["acting_principal"],
+            action=row["action"],
+            memory_id=row["memory_id"],
+            query=row["query"],
+            allowed=row["allowed"],
+            rows=row["rows"],
+            at=row["at"],
+        )
+        for row in rows
+    ]
+
+
+async def list_categories(conn: Connection) -> list[Category]:
+    """Every category."""
+    return [_category(row) for row in await conn.fetch(Q.list_categories)]
+
+
+async def get_category(conn: Connection, name: str) -> Category | None:
+    """One category."""
+    row = await conn.fetchrow(Q.get_category, name)
+    return None if row is None else _category(row)
+
+
+async def upsert_category(
+    conn: Connection,
+    name: str,
+    retention: timedelta | None,
+    default_access_level: str,
+    description: str,
+    now: datetime,
+) -> tuple[Category, bool]:
+    """Create or change a category; (category, created)."""
+    row = await conn.fetchrow(
+        Q.upsert_category, name, retention, default_access_level, description, now
+    )
+    if row is None:
+        raise RuntimeError("upsert_category returned no row")
+    return _category(row), bool(row["inserted"])
+
+
+async def reapply_category_retention(conn: Connection, name: str) -> int:
+    """Recompute expiry of a category's memories; how many changed."""
+    status = await conn.execute(Q.reapply_category_retention, name)
+    return int(status.rsplit(" ", 1)[-1])
+
+
+async def list_memory_types(conn: Connection) -> list[MemoryType]:
+    """Every memory type."""
+    return [
+        MemoryType(
+            name=row["name"],
+            default_category=row["default_category"],
+            description=row["description"],
+            created_at=row["created_at"],
+        )
+        for row in await conn.fetch(Q.list_memory_types)
+    ]
+
+
+async def insert_memory_type(
+    conn: Connection, name: str, default_category: str, description: str, now: datetime
+) -> MemoryType | None:
+    """Register a type; None if the name is taken."""
+    row = await conn.fetchrow(Q.insert_memory_type, name, default_category, description, now)
+    if row is None:
+        return None
+    return MemoryType(
+        name=row["name"],
+        default_category=row["default_category"],
+        description=row["description"],
+        created_at=row["created_at"],
+    )
+
+
+async def list_access_levels(conn: Connection) -> list[AccessLevel]:
+    """Every access level and the role it needs."""
+    return [
+        AccessLevel(
+            level=row["level"], required_role=row["required_role"], description=row["description"]
+        )
+        for row in await conn.fetch(Q.list_access_levels)
+    ]
+
+
+async def live_memory_level(conn: Connection, memory_id: UUID, now: datetime) -> str | None:
+    """The access level of a live memory, whoever asks; None if there is none."""
+    level: str | None = await conn.fetchval(Q.live_memory_level, memory_id, now)
+    return level
+
+
+async def insert_access_logs(conn: Connection, entries: list[tuple[Any, ...]]) -> None:
+    """Append many audit rows (tuples in insert_access_log's parameter order)."""
+    await conn.executemany(Q.insert_access_log, entries)

@@ -1,0 +1,199 @@
+"""Memory request and response shapes."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Annotated, Any
+from uuid import UUID
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints
+
+from app.common.validation import reject_deep_json
+from app.sessions.schemas import Session
+
+IDENTIFIER_PATTERN = re.compile(r"^[a-z][a-z0-9_]{0,49}$")
+Identifier = Annotated[str, StringConstraints(pattern=IDENTIFIER_PATTERN.pattern)]
+MemoryKey = Annotated[str, StringConstraints(min_length=1, max_length=200)]
+
+MAX_BATCH = 500
+
+
+def _require_bounded_content(value: Any) -> Any:
+    if value is None:
+        raise ValueError("content is required and may not be null")
+    return reject_deep_json(value)
+
+
+# Any JSON value except null, nested at most MAX_JSON_DEPTH levels.
+Content = Annotated[Any, BeforeValidator(_require_bounded_content)]
+
+
+class MemoryWrite(BaseModel):
+    """One memory to store. The writing agent comes from the API key, not from here."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    user_id: UUID
+    session_id: UUID | None = None
+    memory_type: Identifier
+    # Defaults from the memory type (e.g. planning -> agent_outputs), else session_data.
+    category: Identifier | None = None
+    # Optional name of the fact; (user_id, category, key) is unique.
+    key: MemoryKey | None = None
+    content: Content
+    # Defaults to the category's access level.
+    access_level: Identifier | None = None
+
+
+class MemoryUpsert(BaseModel):
+    """Create or replace the memory named (user_id, category, key)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    user_id: UUID
+    category: Identifier
+    key: MemoryKey
+    memory_type: Identifier
+    session_id: UUID | None = None
+    content: Content
+    access_level: Identifier | None = None
+
+
+class CategoryWrite(BaseModel):
+    """Create a category or change one (admin)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    # Seconds a memory is kept after its last write; null keeps it until deleted.
+    retention_seconds: int | None = Field(default=None, ge=60)
+    default_access_level: Identifier
+    description: Annotated[str, StringConstraints(max_length=500)] = ""
+
+
+class MemoryTypeWrite(BaseModel):
+    """Register a memory type (admin)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: Identifier
+    default_category: Identifier
+    description: Annotated[str, StringConstraints(max_length=500)] = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Memory:
+    """A stored memory."""
+
+    memory_id: UUID
+    user_id: UUID
+    session_id: UUID | None
+    agent_name: str
+    memory_type: str
+    category: str
+    key: str | None
+    content: Any
+    content_size: int
+    access_level: str
+    version: int
+    created_at: datetime
+    updated_at: datetime
+    expires_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryBatch:
+    """The memories a batch write stored, in request order."""
+
+    items: list[Memory]
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryPage:
+    """One page of memories, newest first."""
+
+    items: list[Memory]
+    next_cursor: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Category:
+    """A memory category and its rules."""
+
+    name: str
+    retention_seconds: int | None
+    default_access_level: str
+    description: str
+    created_at: datetime
+    updated_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class CategoryChange:
+    """A category after a change, and how many memories got a new expiry."""
+
+    category: Category
+    created: bool
+    memories_reexpired: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryType:
+    """A memory type and the category it lands in by default."""
+
+    name: str
+    default_category: str
+    description: str
+    created_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class AccessLevel:
+    """Who may read memories of a level."""
+
+    level: str
+    required_role: str | None
+    description: str
+
+
+@dataclass(frozen=True, slots=True)
+class SessionContext:
+    """A session plus the memories the caller may see for it, within a byte budget."""
+
+    session: Session
+    memories: list[Memory]
+    memory_bytes: int
+    truncated: bool
+
+
+@dataclass(frozen=True, slots=True)
+class AccessLogEntry:
+    """One audited memory access."""
+
+    log_id: UUID
+    agent_name: str
+    acting_principal: str | None
+    action: str
+    memory_id: UUID | None
+    query: Any
+    allowed: bool
+    rows: int
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class AccessLogPage:
+    """One page of the audit log, newest first."""
+
+    items: list[AccessLogEntry]
+    next_cursor: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class MemoriesErased:
+    """What erasing a user's memories removed."""
+
+    user_id: UUID
+    memories_deleted: int
+    archived_deleted: int

@@ -1,0 +1,539 @@
+"""Memory rules: validation against the reference tables, access levels (applied by the
+SQL itself), retention, upserts by key, the session context, erasure and the audit trail."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any, NoReturn, TypeVar
+from uuid import UUID
+
+import orjson
+
+from app.auth.principal import Principal
+from app.clock import Clock
+from app.common.pagination import decode_time_id_cursor, encode_cursor
+from app.db.pool import Connection, Database
+from app.errors import (
+    Conflict,
+    Forbidden,
+    NotFound,
+    PayloadTooLarge,
+    SwitchboardError,
+    ValidationFailed,
+    VersionConflict,
+)
+from app.memories import repository as repo
+from app.memories.repository import MemoryFilter, Reader, WriteReference
+from app.memories.schemas import (
+    AccessLevel,
+    AccessLogPage,
+    Category,
+    CategoryChange,
+    CategoryWrite,
+    MemoriesErased,
+    Memory,
+    MemoryPage,
+    MemoryType,
+    MemoryTypeWrite,
+    MemoryUpsert,
+    MemoryWrite,
+    SessionContext,
+)
+from app.sessions import repository as sessions_repo
+from app.settings import MemorySettings
+from app.users import repository as users_repo
+
+FALLBACK_CATEGORY = "session_data"
+T = TypeVar("T")
+_END_OF_TIME = (datetime(9999, 12, 31, tzinfo=UTC), UUID(int=(1 << 128) - 1))
+_BEGINNING = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+@dataclass(frozen=True, slots=True)
+class _PlannedWrite:
+    """A validated write: everything the INSERT/UPDATE needs."""
+
+    item: MemoryWrite | MemoryUpsert
+    category: str
+    access_level: str
+    content_size: int
+
+
+class _Denied(Exception):
+    """Raised inside a transaction so it rolls back; the audit row is written after."""
+
+    def __init__(self, error: SwitchboardError, entries: list[tuple[Any, ...]]) -> None:
+        super().__init__(error.detail)
+        self.error = error
+        self.entries = entries
+
+
+def reader_of(principal: Principal) -> Reader:
+    """The access rules a principal reads and writes under."""
+    return Reader(is_admin=principal.is_admin, roles=sorted(principal.roles))
+
+
+class MemoryService:
+    """Shared memories for agents. Every read and write is audited."""
+
+    def __init__(self, database: Database, clock: Clock, settings: MemorySettings) -> None:
+        self._db = database
+        self._clock = clock
+        self._settings = settings
+
+    # -- writes ------------------------------------------------------------------------
+
+    async def write(
+        self, items: list[MemoryWrite], principal: Principal, *, batch: bool
+    ) -> list[Memory]:
+        """Store one memory or a batch, all or nothing."""
+        now = self._clock.now()
+        reader = reader_of(principal)
+
+        async def run(conn: Connection) -> list[Memory]:
+            plans = await self._plan(conn, items, principal, now, batch=batch)
+            stored: list[Memory] = []
+            for index, plan in enumerate(plans):
+                item = plan.item
+                memory = await repo.insert_memory(
+                    conn,
+                    user_id=item.user_id,
+                    session_id=item.session_id,
+                    agent_name=principal.name,
+                    memory_type=item.memory_type,
+                    category=plan.category,
+                    key=item.key,
+                    content=item.content,
+                    content_size=plan.content_size,
+                    access_level=plan.access_level,
+                    now=now,
+                    reader=reader,
+                )
+                if memory is None:  # the level was checked in _plan: the key is taken
+                    field = f"{index}.key" if batch else "key"
+                    raise Conflict(
+                        f"A memory with key {item.key!r} already exists for this user and "
+                        f"category {plan.category!r}; use PUT /v1/memories/by-key to replace it.",
+                        errors=[{"field": field, "message": "key already in use"}],
+                    )
+                stored.append(memory)
+            await repo.insert_access_logs(
+                conn,
+                [self._entry(principal, "write", m.memory_id, None, True, 1, now) for m in stored],
+            )
+            return stored
+
+        return await self._audited_transaction(run)
+
+    async def upsert_by_key(
+        self,
+        data: MemoryUpsert,
+        bases: set[int] | None,
+        create_only: bool,
+        principal: Principal,
+    ) -> tuple[Memory, bool]:
+        """Create or replace the memory (user_id, category, key); returns (memory, created).
+
+        ``If-Match`` (bases) makes the replace conditional on the version; ``If-None-Match: *``
+        (create_only) refuses to replace.
+        """
+        now = self._clock.now()
+        reader = reader_of(principal)
+
+        async def run(conn: Connection) -> tuple[Memory, bool]:
+            plan = (await self._plan(conn, [data], principal, now, batch=False))[0]
+            current = await repo.lock_memory_by_key(conn, data.user_id, data.category, data.key)
+            if current is None:
+                if bases is not None:
+                    raise VersionConflict(
+                        "No memory has this key yet; drop If-Match to create it.",
+                        current_version=None,
+                    )
+                memory = await repo.insert_memory(
+                    conn,
+                    user_id=data.user_id,
+                    session_id=data.session_id,
+                    agent_name=principal.name,
+                    memory_type=data.memory_type,
+                    category=plan.category,
+                    key=data.key,
+                    content=data.content,
+                    content_size=plan.content_size,
+                    access_level=plan.access_level,
+                    now=now,
+                    reader=reader,
+                )
+                if memory is None:
+                    raise Conflict("A concurrent write created this key; retry.", retryable=True)
+                action, created = "write", True
+            else:
+                if create_only:
+                    raise Conflict(
+                        "A memory with this key exists (If-None-Match: *).",
+                        current_version=current.version,
+                    )
+                if bases is not None and current.version not in bases:
+                    raise VersionConflict(
+                        f"The memory is at version {current.version}.",
+                        current_version=current.version,
+                    )
+                memory = await repo.update_memory(
+                    conn,
+                    memory_id=current.memory_id,
+                    content=data.content,
+                    content_size=plan.content_size,
+                    access_level=plan.access_level,
+                    memory_type=data.memory_type,
+                    session_id=data.session_id,
+                    agent_name=principal.name,
+                    now=now,
+                    expected_version=current.version,
+                    reader=reader,
+                )
+                if memory is None:  # locked and version checked: only the level can refuse
+                    raise _Denied(
+                        Forbidden("This memory's access level is not yours to overwrite."),
+                        [self._entry(principal, "update", current.memory_id, None, False, 0, now)],
+                    )
+                action, created = "update", False
+            await repo.insert_access_logs(
+                conn, [self._entry(principal, action, memory.memory_id, None, True, 1, now)]
+            )
+            return memory, created
+
+        return await self._audited_transaction(run)
+
+    async def delete(self, memory_id: UUID, principal: Principal) -> None:
+        """Delete a memory the caller can see (404 otherwise, as for a read)."""
+        now = self._clock.now()
+        reader = reader_of(principal)
+
+        async def run(conn: Connection) -> None:
+            if not await repo.delete_memory(conn, memory_id, now, reader):
+                await self._refuse_unseen(conn, principal, "delete", memory_id, now)
+            await repo.insert_access_logs(
+                conn, [self._entry(principal, "delete", memory_id, None, True, 1, now)]
+            )
+
+        await self._audited_transaction(run)
+
+    # -- reads -------------------------------------------------------------------------
+
+    async def get(self, memory_id: UUID, principal: Principal) -> Memory:
+        """One live memory the caller may read; 404 for absent, expired or forbidden."""
+        now = self._clock.now()
+        reader = reader_of(principal)
+
+        async def run(conn: Connection) -> Memory:
+            memory = await repo.get_memory(conn, memory_id, now, reader)
+            if memory is None:
+                await self._refuse_unseen(conn, principal, "read", memory_id, now)
+            await repo.insert_access_logs(
+                conn, [self._entry(principal, "read", memory_id, None, True, 1, now)]
+            )
+            return memory
+
+        return await self._audited_transaction(run)
+
+    async def list_memories(
+        self,
+        where: MemoryFilter,
+        limit: int,
+        cursor: str | None,
+        principal: Principal,
+        query: dict[str, Any],
+    ) -> MemoryPage:
+        """Live memories the caller may read, newest first; ``query`` is what gets audited."""
+        if (
+            where.user_id is None
+            and where.session_id is None
+            and where.agent_name is None
+            and where.contains is None
+        ):
+            raise ValidationFailed(
+                "Name at least one of user_id, session_id, agent_name or contains.",
+                errors=[{"field": "user_id", "message": "a filter is required"}],
+            )
+        before = decode_time_id_cursor(cursor) if cursor else _END_OF_TIME
+        now = self._clock.now()
+        async with self._db.transaction() as conn:
+            items = await repo.list_memories(
+                conn, where, before, now, reader_of(principal), limit + 1
+            )
+            page = items[:limit]
+            await repo.insert_access_logs(
+                conn, [self._entry(principal, "list", None, query, True, len(page), now)]
+            )
+        next_cursor = None
+        if len(items) > limit:
+            next_cursor = encode_cursor([page[-1].created_at.isoformat(), str(page[-1].memory_id)])
+        return MemoryPage(items=page, next_cursor=next_cursor)
+
+    async def context(
+        self, session_id: UUID, principal: Principal, limit: int, max_bytes: int | None
+    ) -> SessionContext:
+        """The session and, newest first, the memories the caller may see for it and its
+        user, as many as fit in ``limit`` and ``max_bytes`` of content."""
+        budget = max_bytes or self._settings.context_default_max_bytes
+        now = self._clock.now()
+        async with self._db.transaction() as conn:
+            session = await sessions_repo.get_session(conn, session_id)
+            if session is None:
+                raise NotFound(f"No session {session_id}.")
+            candidates = await repo.list_context_memories(
+                conn, session.user_id, session_id, now, reader_of(principal), limit + 1
+            )
+            chosen: list[Memory] = []
+            used = 0
+            for memory in candidates[:limit]:
+                if used + memory.content_size > budget:
+                    break
+                chosen.append(memory)
+                used += memory.content_size
+            await repo.insert_access_logs(
+                conn,
+                [
+                    self._entry(
+                        principal,
+                        "context",
+                        None,
+                        {"session_id": str(session_id), "limit": limit, "max_bytes": budget},
+                        True,
+                        len(chosen),
+                        now,
+                    )
+                ],
+            )
+        return SessionContext(
+            session=session,
+            memories=chosen,
+            memory_bytes=used,
+            truncated=len(chosen) < len(candidates),
+        )
+
+    async def erase_user(self, user_id: UUID, principal: Principal) -> MemoriesErased:
+        """Delete all of a user's memories, live and archived (admin)."""
+        now = self._clock.now()
+        async with self._db.transaction() as conn:
+            if not await users_repo.user_exists(conn, user_id):
+                raise NotFound(f"No user {user_id}.")
+            live, archived = await repo.erase_user_memories(conn, user_id)
+            await repo.insert_access_logs(
+                conn,
+                [
+                    self._entry(
+                        principal,
+                        "erase",
+                        None,
+                        {"user_id": str(user_id)},
+                        True,
+                        live + archived,
+                        now,
+                    )
+                ],
+            )
+        return MemoriesErased(user_id=user_id, memories_deleted=live, archived_deleted=archived)
+
+    async def audit_log(
+        self, agent_name: str | None, since: datetime | None, limit: int, cursor: str | None
+    ) -> AccessLogPage:
+        """The audit trail, newest first, optionally for one agent and since a time."""
+        before = decode_time_id_cursor(cursor) if cursor else _END_OF_TIME
+        async with self._db.connection() as conn:
+            items = await repo.list_access_log(
+                conn, agent_name, since or _BEGINNING, before, limit + 1
+            )
+        next_cursor = None
+        if len(items) > limit:
+            items = items[:limit]
+            next_cursor = encode_cursor([items[-1].at.isoformat(), str(items[-1].log_id)])
+        return AccessLogPage(items=items, next_cursor=next_cursor)
+
+    # -- categories, types, levels -----------------------------------------------------
+
+    async def list_categories(self) -> list[Category]:
+        """Every category."""
+        async with self._db.connection() as conn:
+            return await repo.list_categories(conn)
+
+    async def get_category(self, name: str) -> Category:
+        """One category (404 if unknown)."""
+        async with self._db.connection() as conn:
+            category = await repo.get_category(conn, name)
+        if category is None:
+            raise NotFound(f"No memory category {name!r}.")
+        return category
+
+    async def put_category(self, name: str, data: CategoryWrite, reapply: bool) -> CategoryChange:
+        """Create or change a category. New retention applies to later writes; with
+        ``reapply`` existing memories get their expiry recomputed now, in the same transaction."""
+        retention = (
+            None if data.retention_seconds is None else timedelta(seconds=data.retention_seconds)
+        )
+        async with self._db.transaction() as conn:
+            levels = {level.level for level in await repo.list_access_levels(conn)}
+            if data.default_access_level not in levels:
+                raise ValidationFailed(
+                    f"Unknown access level {data.default_access_level!r}.",
+                    errors=[
+                        {"field": "default_access_level", "message": f"one of {sorted(levels)}"}
+                    ],
+                )
+            category, created = await repo.upsert_category(
+                conn,
+                name,
+                retention,
+                data.default_access_level,
+                data.description,
+                self._clock.now(),
+            )
+            changed = await repo.reapply_category_retention(conn, name) if reapply else None
+        return CategoryChange(category=category, created=created, memories_reexpired=changed)
+
+    async def list_memory_types(self) -> list[MemoryType]:
+        """Every memory type."""
+        async with self._db.connection() as conn:
+            return await repo.list_memory_types(conn)
+
+    async def add_memory_type(self, data: MemoryTypeWrite) -> MemoryType:
+        """Register a memory type (409 if it exists, 422 for an unknown category)."""
+        async with self._db.transaction() as conn:
+            if await repo.get_category(conn, data.default_category) is None:
+                raise ValidationFailed(
+                    f"Unknown category {data.default_category!r}.",
+                    errors=[{"field": "default_category", "message": "unknown category"}],
+                )
+            created = await repo.insert_memory_type(
+                conn, data.name, data.default_category, data.description, self._clock.now()
+            )
+        if created is None:
+            raise Conflict(f"Memory type {data.name!r} already exists.")
+        return created
+
+    async def list_access_levels(self) -> list[AccessLevel]:
+        """Every access level and the role it needs."""
+        async with self._db.connection() as conn:
+            return await repo.list_access_levels(conn)
+
+    # -- helpers -----------------------------------------------------------------------
+
+    async def _plan(
+        self,
+        conn: Connection,
+        items: Sequence[MemoryWrite | MemoryUpsert],
+        principal: Principal,
+        now: datetime,
+        *,
+        batch: bool,
+    ) -> list[_PlannedWrite]:
+        """Validate every item against the reference data; 422/413/403 before any write."""
+        reader = reader_of(principal)
+        ref = await repo.write_reference(conn, reader)
+        users = await repo.existing_users(conn, sorted({item.user_id for item in items}))
+        session_ids = sorted({item.session_id for item in items if item.session_id is not None})
+        owners = await repo.session_owners(conn, session_ids) if session_ids else {}
+        errors: list[dict[str, str]] = []
+        too_large: list[dict[str, str]] = []
+        plans: list[_PlannedWrite] = []
+        for index, item in enumerate(items):
+            prefix = f"{index}." if batch else ""
+            plan = self._plan_one(item, ref, users, owners, prefix, errors, too_large)
+            if plan is not None:
+                plans.append(plan)
+        if too_large:
+            raise PayloadTooLarge(
+                f"Memory content may be at most {self._settings.max_content_bytes} bytes "
+                "serialized.",
+                errors=too_large,
+            )
+        if errors:
+            raise ValidationFailed("Some memories cannot be stored as given.", errors=errors)
+        forbidden = [(i, p) for i, p in enumerate(plans) if p.access_level not in ref.readable]
+        if forbidden:
+            error = Forbidden(
+                "An agent may not write at an access level it cannot read.",
+                errors=[
+                    {
+                        "field": f"{i}.access_level" if batch else "access_level",
+                        "message": f"{p.access_level} is not readable by this key",
+                    }
+                    for i, p in forbidden
+                ],
+            )
+            query = [
+                {"user_id": str(p.item.user_id), "category": p.category, "level": p.access_level}
+                for _, p in forbidden
+            ]
+            raise _Denied(error, [self._entry(principal, "write", None, query, False, 0, now)])
+        return plans
+
+    def _plan_one(
+        self,
+        item: MemoryWrite | MemoryUpsert,
+        ref: WriteReference,
+        users: set[UUID],
+        owners: dict[UUID, UUID],
+        prefix: str,
+        errors: list[dict[str, str]],
+        too_large: list[dict[str, str]],
+    ) -> _PlannedWrite | None:
+        failures_before = len(errors) + len(too_large)
+        if item.memory_type not in ref.types:
+            errors.append({"field": prefix + "memory_type", "message": "unknown memory type"})
+        category = item.category or ref.types.get(item.memory_type) or FALLBACK_CATEGORY
+        if category not in ref.categories:
+            errors.append({"field": prefix + "category", "message": "unknown category"})
+        level = item.access_level or ref.categories.get(category, "")
+        if item.access_level is not None and item.access_level not in ref.levels:
+            errors.append({"field": prefix + "access_level", "message": "unknown access level"})
+        if item.user_id not in users:
+            errors.append({"field": prefix + "user_id", "message": "unknown user"})
+        if item.session_id is not None:
+            owner = owners.get(item.session_id)
+            if owner is None:
+                errors.append({"field": prefix + "session_id", "message": "unknown session"})
+            elif owner != item.user_id:
+                errors.append(
+                    {"field": prefix + "session_id", "message": "session belongs to another user"}
+                )
+        size = len(orjson.dumps(item.content))
+        if size > self._settings.max_content_bytes:
+            too_large.append({"field": prefix + "content", "message": f"{size} bytes"})
+        if len(errors) + len(too_large) > failures_before:
+            return None
+        return _PlannedWrite(item=item, category=category, access_level=level, content_size=size)
+
+    async def _refuse_unseen(
+        self, conn: Connection, principal: Principal, action: str, memory_id: UUID, now: datetime
+    ) -> NoReturn:
+        """Raise 404 for a memory the caller cannot see, auditing a denial if it exists."""
+        level = await repo.live_memory_level(conn, memory_id, now)
+        error = NotFound(f"No memory {memory_id}.")
+        if level is None:
+            raise error
+        raise _Denied(error, [self._entry(principal, action, memory_id, None, False, 0, now)])
+
+    async def _audited_transaction(self, run: Callable[[Connection], Awaitable[T]]) -> T:
+        """Run ``run(conn)`` in a transaction; a denial rolls it back and is audited after."""
+        try:
+            async with self._db.transaction() as conn:
+                return await run(conn)
+        except _Denied as denied:
+            async with self._db.transaction() as conn:
+                await repo.insert_access_logs(conn, denied.entries)
+            raise denied.error from None
+
+    @staticmethod
+    def _entry(
+        principal: Principal,
+        action: str,
+        memory_id: UUID | None,
+        query: Any,
+        allowed: bool,
+        rows: int,
+        at: datetime,
+    ) -> tuple[Any, ...]:
+        """One audit row, in insert_access_log's parameter order."""
+        return (principal.name, None, action, memory_id, query, allowed, rows, at)

@@ -1,0 +1,228 @@
+-- Memories: facts agents share about a user and a session.
+--
+-- Access levels are enforced here, in every statement that reads or writes a memory: a row
+-- is visible only if its access_level is one the caller may read, which is
+--     access_level IN (SELECT level FROM memory_access_levels
+--                      WHERE <is_admin> OR required_role IS NULL OR required_role = ANY(<roles>))
+-- Expired memories (expires_at <= now) are invisible even before the retention job runs.
+
+-- name: write_reference
+-- Everything a write is checked against, in one round trip: memory type -> default
+-- category, category -> default level, all levels, and the levels this caller may use.
+-- $1 is_admin, $2 roles.
+SELECT
+    (SELECT coalesce(jsonb_object_agg(name, default_category), '{}') FROM memory_types) AS types,
+    (SELECT coalesce(jsonb_object_agg(name, default_access_level), '{}') FROM memory_categories)
+        AS categories,
+    (SELECT coalesce(array_agg(level ORDER BY level), '{}') FROM memory_access_levels) AS levels,
+    (SELECT coalesce(array_agg(level ORDER BY level), '{}') FROM memory_access_levels
+     WHERE $1 OR required_role IS NULL OR required_role = ANY($2::text[])) AS readable
+
+-- name: list_access_levels
+SELECT level, required_role, description FROM memory_access_levels ORDER BY level
+
+-- name: list_categories
+SELECT name, retention, default_access_level, description, created_at, updated_at
+FROM memory_categories
+ORDER BY name
+
+-- name: get_category
+SELECT name, retention, default_access_level, description, created_at, updated_at
+FROM memory_categories
+WHERE name = $1
+
+-- name: upsert_category
+INSERT INTO memory_categories (name, retention, default_access_level, description, created_at, updated_at)
+VALUES ($1, $2, $3, $4, $5, $5)
+ON CONFLICT (name) DO UPDATE
+SET retention = excluded.retention,
+    default_access_level = excluded.default_access_level,
+    description = excluded.description,
+    updated_at = excluded.updated_at
+RETURNING name, retention, default_access_level, description, created_at, updated_at,
+          (xmax = 0) AS inserted
+
+-- name: reapply_category_retention
+-- Expiry counts from each memory's last write, as it did when the memory was written.
+UPDATE memories m
+SET expires_at = m.updated_at + c.retention
+FROM memory_categories c
+WHERE c.name = $1 AND m.category = c.name
+  AND m.expires_at IS DISTINCT FROM m.updated_at + c.retention
+
+-- name: list_memory_types
+SELECT name, default_category, description, created_at FROM memory_types ORDER BY name
+
+-- name: insert_memory_type
+INSERT INTO memory_types (name, default_category, description, created_at)
+VALUES ($1, $2, $3, $4)
+ON CONFLICT (name) DO NOTHING
+RETURNING name, default_category, description, created_at
+
+-- name: session_owners
+SELECT session_id, user_id FROM session_coordination WHERE session_id = ANY($1::uuid[])
+
+-- name: existing_users
+SELECT id FROM users WHERE id = ANY($1::uuid[])
+
+-- name: insert_memory
+-- No row back: the caller may not write at that access level (or the key is taken).
+-- $11 is_admin, $12 roles.
+INSERT INTO memories (
+    user_id, session_id, agent_name, memory_type, category, key, content, content_size,
+    access_level, created_at, updated_at, expires_at
+)
+SELECT $1, $2, $3, $4, c.name, $6, $7, $8, $9, $10, $10, $10::timestamptz + c.retention
+FROM memory_categories c
+WHERE c.name = $5
+  AND $9 IN (SELECT level FROM memory_access_levels
+             WHERE $11 OR required_role IS NULL OR required_role = ANY($12::text[]))
+ON CONFLICT (user_id, category, key) DO NOTHING
+RETURNING *
+
+-- name: lock_memory_by_key
+SELECT * FROM memories WHERE user_id = $1 AND category = $2 AND key = $3 FOR UPDATE
+
+-- name: update_memory
+-- Rewrites a memory the caller may read, at a level the caller may read, if its version is
+-- still $9. Expiry restarts from this write. $10 is_admin, $11 roles.
+UPDATE memories m
+SET content = $2,
+    content_size = $3,
+    access_level = $4,
+    memory_type = $5,
+    session_id = $6,
+    agent_name = $7,
+    version = m.version + 1,
+    updated_at = $8,
+    expires_at = $8::timestamptz + c.retention
+FROM memory_categories c
+WHERE m.memory_id = $1
+  AND c.name = m.category
+  AND m.version = $9
+  AND m.access_level IN (SELECT level FROM memory_access_levels
+                         WHERE $10 OR required_role IS NULL OR required_role = ANY($11::text[]))
+  AND $4 IN (SELECT level FROM memory_access_levels
+             WHERE $10 OR required_role IS NULL OR required_role = ANY($11::text[]))
+RETURNING m.*
+
+-- name: get_memory
+-- $2 now, $3 is_admin, $4 roles.
+SELECT m.* FROM memories m
+WHERE m.memory_id = $1
+  AND (m.expires_at IS NULL OR m.expires_at > $2)
+  AND m.access_level IN (SELECT level FROM memory_access_levels
+                         WHERE $3 OR required_role IS NULL OR required_role = ANY($4::text[]))
+
+-- name: delete_memory
+-- $2 now, $3 is_admin, $4 roles.
+DELETE FROM memories m
+WHERE m.memory_id = $1
+  AND (m.expires_at IS NULL OR m.expires_at > $2)
+  AND m.access_level IN (SELECT level FROM memory_access_levels
+                         WHERE $3 OR required_role IS NULL OR required_role = ANY($4::text[]))
+RETURNING m.memory_id
+
+-- name: list_memories_by_session
+-- Keyset page before ($2, $3). $4 now, $5 is_admin, $6 roles; $7.. optional filters.
+SELECT m.* FROM memories m
+WHERE m.session_id = $1
+  AND (m.created_at, m.memory_id) < ($2, $3)
+  AND (m.expires_at IS NULL OR m.expires_at > $4)
+  AND m.access_level IN (SELECT level FROM memory_access_levels
+                         WHERE $5 OR required_role IS NULL OR required_role = ANY($6::text[]))
+  AND ($7::uuid IS NULL OR m.user_id = $7)
+  AND ($8::text IS NULL OR m.agent_name = $8)
+  AND ($9::text IS NULL OR m.memory_type = $9)
+  AND ($10::text IS NULL OR m.category = $10)
+  AND ($11::timestamptz IS NULL OR m.created_at >= $11)
+  AND ($12::jsonb IS NULL OR m.content @> $12)
+ORDER BY m.created_at DESC, m.memory_id DESC
+LIMIT $13
+
+-- name: list_memories_by_user
+SELECT m.* FROM memories m
+WHERE m.user_id = $1
+  AND (m.created_at, m.memory_id) < ($2, $3)
+  AND (m.expires_at IS NULL OR m.expires_at > $4)
+  AND m.access_level IN (SELECT level FROM memory_access_levels
+                         WHERE $5 OR required_role IS NULL OR required_role = ANY($6::text[]))
+  AND ($7::uuid IS NULL OR m.session_id = $7)
+  AND ($8::text IS NULL OR m.agent_name = $8)
+  AND ($9::text IS NULL OR m.memory_type = $9)
+  AND ($10::text IS NULL OR m.category = $10)
+  AND ($11::timestamptz IS NULL OR m.created_at >= $11)
+  AND ($12::jsonb IS NULL OR m.content @> $12)
+ORDER BY m.created_at DESC, m.memory_id DESC
+LIMIT $13
+
+-- name: list_memories_by_agent
+SELECT m.* FROM memories m
+WHERE m.agent_name = $1
+  AND (m.created_at, m.memory_id) < ($2, $3)
+  AND (m.expires_at IS NULL OR m.expires_at > $4)
+  AND m.access_level IN (SELECT level FROM memory_access_levels
+                         WHERE $5 OR required_role IS NULL OR required_role = ANY($6::text[]))
+  AND ($7::uuid IS NULL OR m.session_id = $7)
+  AND ($8::uuid IS NULL OR m.user_id = $8)
+  AND ($9::text IS NULL OR m.memory_type = $9)
+  AND ($10::text IS NULL OR m.category = $10)
+  AND ($11::timestamptz IS NULL OR m.created_at >= $11)
+  AND ($12::jsonb IS NULL OR m.content @> $12)
+ORDER BY m.created_at DESC, m.memory_id DESC
+LIMIT $13
+
+-- name: list_memories_by_content
+-- Containment search across users (uses the GIN index on content).
+SELECT m.* FROM memories m
+WHERE m.content @> $1
+  AND (m.created_at, m.memory_id) < ($2, $3)
+  AND (m.expires_at IS NULL OR m.expires_at > $4)
+  AND m.access_level IN (SELECT level FROM memory_access_levels
+                         WHERE $5 OR required_role IS NULL OR required_role = ANY($6::text[]))
+  AND ($7::text IS NULL OR m.memory_type = $7)
+  AND ($8::text IS NULL OR m.category = $8)
+  AND ($9::timestamptz IS NULL OR m.created_at >= $9)
+ORDER BY m.created_at DESC, m.memory_id DESC
+LIMIT $10
+
+-- name: list_context_memories
+-- What an agent needs to continue a session: the session's memories and the user's
+-- session-less ones, newest first. $3 now, $4 is_admin, $5 roles.
+SELECT m.* FROM memories m
+WHERE m.user_id = $1
+  AND (m.session_id = $2 OR m.session_id IS NULL)
+  AND (m.expires_at IS NULL OR m.expires_at > $3)
+  AND m.access_level IN (SELECT level FROM memory_access_levels
+                         WHERE $4 OR required_role IS NULL OR required_role = ANY($5::text[]))
+ORDER BY m.created_at DESC, m.memory_id DESC
+LIMIT $6
+
+-- name: erase_user_memories
+WITH live AS (
+    DELETE FROM memories WHERE user_id = $1 RETURNING 1
+), archived AS (
+    DELETE FROM memory_archive WHERE user_id = $1 RETURNING 1
+)
+SELECT (SELECT count(*) FROM live) AS memories, (SELECT count(*) FROM archived) AS archived
+
+-- name: insert_access_log
+INSERT INTO memory_access_log (agent_name, acting_principal, action, memory_id, query, allowed, rows, at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+
+-- name: list_access_log
+SELECT * FROM memory_access_log
+WHERE at >= $1 AND (at, log_id) < ($2, $3)
+ORDER BY at DESC, log_id DESC
+LIMIT $4
+
+-- name: list_access_log_by_agent
+SELECT * FROM memory_access_log
+WHERE agent_name = $1 AND at >= $2 AND (at, log_id) < ($3, $4)
+ORDER BY at DESC, log_id DESC
+LIMIT $5
+
+-- name: live_memory_level
+-- The level of a live memory regardless of who asks: tells "denied" from "absent" for the audit.
+SELECT access_level FROM memories
+WHERE memory_id = $1 AND (expires_at IS NULL OR expires_at > $2)
