@@ -13,7 +13,7 @@ from litestar.middleware.base import DefineMiddleware
 from litestar.openapi import OpenAPIConfig
 from litestar.openapi.spec import Components, SecurityScheme
 
-from app.agents.controller import AgentController
+from app.agents.controller import AgentController, SkillController
 from app.agents.service import AgentService
 from app.auth.middleware import PUBLIC_PATHS, ApiKeyAuthMiddleware
 from app.clock import Clock, SystemClock
@@ -92,6 +92,7 @@ def create_app(
         route_handlers=[
             HealthController,
             AgentController,
+            SkillController,
             UserController,
             SessionController,
             UserSessionsController,

@@ -47,6 +47,7 @@ def _migrate(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def _agents(settings: Settings, args: argparse.Namespace) -> int:
+    from app.agents.schemas import AgentCreate
     from app.agents.service import AgentService
     from app.clock import SystemClock
     from app.db.pool import Database
@@ -57,19 +58,26 @@ def _agents(settings: Settings, args: argparse.Namespace) -> int:
         try:
             service = AgentService(database, SystemClock(), runtime.admin_key(settings))
             if args.agents_command == "create":
-                created = await service.create_agent(args.name, args.role or [])
-                print(f"agent {created.name} created with roles {created.roles or '[]'}")
+                created = await service.create_agent(
+                    AgentCreate(name=args.name, roles=args.role or [])
+                )
+                roles = ", ".join(created.agent.roles) or "none"
+                print(f"agent {created.agent.name} created (roles: {roles})")
                 print(f"API key (shown once, store it now): {created.api_key}")
             elif args.agents_command == "rotate-key":
                 created = await service.rotate_key(args.name)
-                print(f"new API key for {created.name} (shown once): {created.api_key}")
+                print(f"new API key for {created.agent.name} (shown once): {created.api_key}")
             elif args.agents_command == "disable":
                 await service.disable_agent(args.name)
                 print(f"agent {args.name} disabled")
             else:
                 for agent in await service.list_agents():
-                    state = "disabled" if agent.disabled_at else "enabled"
-                    print(f"{agent.name}\t{','.join(agent.roles) or '-'}\t{state}")
+                    key = (
+                        "no key" if not agent.has_key else "revoked" if agent.disabled_at else "key"
+                    )
+                    print(
+                        f"{agent.name}\t{','.join(agent.roles) or '-'}\t{key}\t{agent.url or '-'}"
+                    )
         finally:
             await database.close()
         return 0

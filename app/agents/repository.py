@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 import asyncpg
 
-from app.agents.schemas import Agent
+from app.agents.schemas import Agent, AgentIdentity
 from app.db.pool import Connection
 from app.db.queries import QUERIES
 
@@ -20,6 +21,18 @@ def _agent(row: asyncpg.Record) -> Agent:
         roles=list(row["roles"]),
         created_at=row["created_at"],
         disabled_at=row["disabled_at"],
+        description=row["description"],
+        url=row["url"],
+        timeout_ms=row["timeout_ms"],
+        retry_attempts=row["retry_attempts"],
+        fallback_strategy=row["fallback_strategy"],
+        intents=list(row["intents"]),
+        skills=row["skills"],
+        enabled=row["enabled"],
+        fail_max=row["fail_max"],
+        reset_timeout_ms=row["reset_timeout_ms"],
+        has_key=row["has_key"],
+        updated_at=row["updated_at"],
     )
 
 
@@ -42,19 +55,68 @@ async def list_agents(conn: Connection) -> list[Agent]:
     return [_agent(row) for row in await conn.fetch(Q.list_agents)]
 
 
-async def find_active_agent_by_key_hash(conn: Connection, key_hash: bytes) -> Agent | None:
-    """The enabled agent whose key hashes to ``key_hash``."""
+async def find_active_agent_by_key_hash(conn: Connection, key_hash: bytes) -> AgentIdentity | None:
+    """The owner of the key, unless its key was revoked."""
     row = await conn.fetchrow(Q.find_active_agent_by_key_hash, key_hash)
-    return None if row is None else _agent(row)
+    if row is None:
+        return None
+    return AgentIdentity(agent_id=row["agent_id"], name=row["name"], roles=list(row["roles"]))
 
 
-async def disable_agent(conn: Connection, name: str, now: datetime) -> Agent | None:
-    """Disable an agent (its key stops working); None if unknown."""
-    row = await conn.fetchrow(Q.disable_agent, name, now)
-    return None if row is None else _agent(row)
+async def disable_agent(conn: Connection, name: str, now: datetime) -> bool:
+    """Revoke an agent's key; False if there is no such agent."""
+    return await conn.fetchval(Q.disable_agent, name, now) is not None
 
 
-async def replace_agent_key(conn: Connection, name: str, key_hash: bytes) -> Agent | None:
+async def replace_agent_key(
+    conn: Connection, name: str, key_hash: bytes, now: datetime
+) -> Agent | None:
     """Swap in a new key hash and re-enable; None if unknown."""
-    row = await conn.fetchrow(Q.replace_agent_key, name, key_hash)
+    row = await conn.fetchrow(Q.replace_agent_key, name, key_hash, now)
     return None if row is None else _agent(row)
+
+
+async def update_agent_settings(conn: Connection, agent: Agent, now: datetime) -> Agent | None:
+    """Write every setting of ``agent``; None if it vanished."""
+    row = await conn.fetchrow(
+        Q.update_agent_settings,
+        agent.name,
+        agent.roles,
+        agent.description,
+        agent.url,
+        agent.timeout_ms,
+        agent.retry_attempts,
+        agent.fallback_strategy,
+        agent.intents,
+        agent.skills,
+        agent.enabled,
+        agent.fail_max,
+        agent.reset_timeout_ms,
+        now,
+    )
+    return None if row is None else _agent(row)
+
+
+async def set_agent_card(
+    conn: Connection,
+    name: str,
+    card: dict[str, Any],
+    url: str,
+    skills: list[dict[str, Any]],
+    description: str,
+    now: datetime,
+) -> Agent | None:
+    """Store a published card and the url, skills and description it declares."""
+    row = await conn.fetchrow(Q.set_agent_card, name, card, url, skills, description, now)
+    return None if row is None else _agent(row)
+
+
+async def get_agent_card(conn: Connection, name: str) -> dict[str, Any] | None:
+    """The card an agent published, if any."""
+    card: dict[str, Any] | None = await conn.fetchval(Q.get_agent_card, name)
+    return card
+
+
+async def fallback_strategy_names(conn: Connection) -> set[str]:
+    """The fallback strategies an agent may name."""
+    return {row["name"] for row in await conn.fetch(Q.fallback_strategy_names)}

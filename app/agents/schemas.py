@@ -4,25 +4,71 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Annotated
+from typing import Annotated, Any
 from uuid import UUID
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import AnyHttpUrl, BaseModel, ConfigDict, Field, StringConstraints
 
 AgentName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z][A-Za-z0-9_.-]{0,99}$")]
 RoleName = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_]{0,49}$")]
+IntentName = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_]{0,63}$")]
+ShortText = Annotated[str, StringConstraints(max_length=500)]
 
 # Roles the rest of the system gives meaning to; others are allowed and simply carried.
 KNOWN_ROLES = ("authorized", "analytics", "coordination_manager")
 
 
-class AgentCreate(BaseModel):
-    """Register an agent; its key is returned once."""
+class AgentSkill(BaseModel):
+    """An A2A-style skill: what an agent can do, with examples and tags for routing."""
+
+    model_config = ConfigDict(extra="allow")
+
+    id: Annotated[str, StringConstraints(min_length=1, max_length=100)]
+    name: Annotated[str, StringConstraints(min_length=1, max_length=200)]
+    description: Annotated[str, StringConstraints(max_length=2000)] = ""
+    tags: list[Annotated[str, StringConstraints(min_length=1, max_length=100)]] = Field(
+        default_factory=list, max_length=50
+    )
+    examples: list[Annotated[str, StringConstraints(max_length=1000)]] = Field(
+        default_factory=list, max_length=50
+    )
+
+
+class AgentSettings(BaseModel):
+    """Routing and resilience settings; every field optional (PATCH merges them)."""
 
     model_config = ConfigDict(extra="forbid")
 
+    roles: list[RoleName] | None = Field(default=None, max_length=20)
+    description: ShortText | None = None
+    url: AnyHttpUrl | None = None
+    timeout_ms: int | None = Field(default=None, ge=50, le=300_000)
+    retry_attempts: int | None = Field(default=None, ge=0, le=10)
+    fallback_strategy: IntentName | None = None
+    intents: list[IntentName] | None = Field(default=None, max_length=50)
+    skills: list[AgentSkill] | None = Field(default=None, max_length=100)
+    enabled: bool | None = None
+    fail_max: int | None = Field(default=None, ge=1, le=1000)
+    reset_timeout_ms: int | None = Field(default=None, ge=10, le=86_400_000)
+
+
+class AgentCreate(AgentSettings):
+    """Register an agent (or issue the first key of a seeded one); the key is returned once."""
+
     name: AgentName
-    roles: list[RoleName] = Field(default_factory=list, max_length=20)
+
+
+class AgentCard(BaseModel):
+    """An A2A Agent Card, as an agent publishes it (unknown fields are kept)."""
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+    name: Annotated[str, StringConstraints(min_length=1, max_length=200)]
+    description: Annotated[str, StringConstraints(max_length=2000)] = ""
+    url: AnyHttpUrl
+    version: Annotated[str, StringConstraints(max_length=50)] = "1.0.0"
+    skills: list[AgentSkill] = Field(default_factory=list, max_length=100)
+    capabilities: dict[str, Any] = Field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,22 +80,43 @@ class Agent:
     roles: list[str]
     created_at: datetime
     disabled_at: datetime | None
+    description: str
+    url: str | None
+    timeout_ms: int
+    retry_attempts: int
+    fallback_strategy: str | None
+    intents: list[str]
+    skills: list[dict[str, Any]]
+    enabled: bool
+    fail_max: int
+    reset_timeout_ms: int
+    has_key: bool
+    updated_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class AgentIdentity:
+    """What authentication needs to know about the owner of a key."""
+
+    agent_id: UUID
+    name: str
+    roles: list[str]
 
 
 @dataclass(frozen=True, slots=True)
 class AgentWithKey:
     """An agent with its freshly issued key; the key is shown this once only."""
 
-    agent_id: UUID
-    name: str
-    roles: list[str]
-    created_at: datetime
-    disabled_at: datetime | None
+    agent: Agent
     api_key: str
 
-    @classmethod
-    def issue(cls, agent: Agent, api_key: str) -> AgentWithKey:
-        """Pair an agent with the key just generated for it."""
-        return cls(
-            agent.agent_id, agent.name, agent.roles, agent.created_at, agent.disabled_at, api_key
-        )
+
+@dataclass(frozen=True, slots=True)
+class SkillAgents:
+    """One skill and the enabled agents that offer it."""
+
+    skill_id: str
+    name: str
+    description: str
+    tags: list[str]
+    agents: list[str]

@@ -1,18 +1,29 @@
-"""Agent registry rules: unique names, keys shown once, disabling without forgetting."""
+"""Agent registry rules: unique names, keys shown once, disabling without forgetting,
+routing settings, published cards and the skill map."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+from typing import Any
+
 from app.agents import repository as repo
-from app.agents.schemas import Agent, AgentWithKey
+from app.agents.schemas import (
+    Agent,
+    AgentCard,
+    AgentCreate,
+    AgentSettings,
+    AgentWithKey,
+    SkillAgents,
+)
 from app.auth.keys import generate_key, hash_key, same_digest
 from app.auth.principal import ADMIN, Principal
 from app.clock import Clock
-from app.db.pool import Database
-from app.errors import Conflict, NotFound
+from app.db.pool import Connection, Database
+from app.errors import Conflict, Forbidden, NotFound, ValidationFailed
 
 
 class AgentService:
-    """Registers agents and resolves API keys to principals."""
+    """Registers agents, resolves API keys to principals, keeps routing settings."""
 
     def __init__(self, database: Database, clock: Clock, admin_key: str) -> None:
         self._db = database
@@ -31,16 +42,24 @@ class AgentService:
             kind="agent", name=agent.name, roles=frozenset(agent.roles), agent_id=agent.agent_id
         )
 
-    async def create_agent(self, name: str, roles: list[str]) -> AgentWithKey:
-        """Register an agent and return its new key (shown only this once)."""
+    async def create_agent(self, data: AgentCreate) -> AgentWithKey:
+        """Register an agent (or key a seeded one) and return its key, shown only once."""
         key = generate_key()
+        now = self._clock.now()
         async with self._db.transaction() as conn:
             agent = await repo.insert_agent(
-                conn, name, hash_key(key), sorted(set(roles)), self._clock.now()
+                conn, data.name, hash_key(key), sorted(set(data.roles or [])), now
             )
-        if agent is None:
-            raise Conflict(f"An agent named {name!r} already exists.", agent=name)
-        return AgentWithKey.issue(agent, key)
+            if agent is None:
+                raise Conflict(
+                    f"An agent named {data.name!r} already has a key; use "
+                    f"POST /v1/agents/{data.name}/key to issue a new one.",
+                    agent=data.name,
+                )
+            settings = data.model_dump(exclude={"name", "roles"}, exclude_unset=True)
+            if settings:
+                agent = await self._apply_settings(conn, agent, AgentSettings(**settings))
+        return AgentWithKey(agent=agent, api_key=key)
 
     async def list_agents(self) -> list[Agent]:
         """Every registered agent."""
@@ -55,19 +74,102 @@ class AgentService:
             raise NotFound(f"No agent named {name!r}.")
         return agent
 
-    async def disable_agent(self, name: str) -> Agent:
+    async def update_settings(self, name: str, data: AgentSettings) -> Agent:
+        """Change an agent's roles and routing settings; unset fields stay as they are."""
+        async with self._db.transaction() as conn:
+            agent = await repo.get_agent_by_name(conn, name)
+            if agent is None:
+                raise NotFound(f"No agent named {name!r}.")
+            return await self._apply_settings(conn, agent, data)
+
+    async def disable_agent(self, name: str) -> None:
         """Revoke an agent's key; the row stays so history keeps its name."""
         async with self._db.transaction() as conn:
-            agent = await repo.disable_agent(conn, name, self._clock.now())
-        if agent is None:
-            raise NotFound(f"No agent named {name!r}.")
-        return agent
+            if not await repo.disable_agent(conn, name, self._clock.now()):
+                raise NotFound(f"No agent named {name!r}.")
 
     async def rotate_key(self, name: str) -> AgentWithKey:
         """Issue a new key for an agent (the old one stops working) and re-enable it."""
         key = generate_key()
         async with self._db.transaction() as conn:
-            agent = await repo.replace_agent_key(conn, name, hash_key(key))
+            agent = await repo.replace_agent_key(conn, name, hash_key(key), self._clock.now())
         if agent is None:
             raise NotFound(f"No agent named {name!r}.")
-        return AgentWithKey.issue(agent, key)
+        return AgentWithKey(agent=agent, api_key=key)
+
+    async def publish_card(self, name: str, card: AgentCard, principal: Principal) -> Agent:
+        """Store an agent's A2A card (admin, or the agent itself); its url and skills route."""
+        if not principal.is_admin and principal.name != name:
+            raise Forbidden("An agent may publish only its own card.")
+        raw = card.model_dump(mode="json", by_alias=True, exclude_none=True)
+        skills = [skill.model_dump(mode="json") for skill in card.skills]
+        async with self._db.transaction() as conn:
+            agent = await repo.set_agent_card(
+                conn, name, raw, str(card.url), skills, card.description, self._clock.now()
+            )
+        if agent is None:
+            raise NotFound(f"No agent named {name!r}.")
+        return agent
+
+    async def get_card(self, name: str) -> dict[str, Any]:
+        """The card an agent published (404 if none)."""
+        async with self._db.connection() as conn:
+            card = await repo.get_agent_card(conn, name)
+        if card is None:
+            raise NotFound(f"Agent {name!r} has published no card.")
+        return card
+
+    async def skill_map(self) -> list[SkillAgents]:
+        """Every skill offered by an enabled agent, with the agents offering it."""
+        skills: dict[str, SkillAgents] = {}
+        for agent in await self.list_agents():
+            if not agent.enabled:
+                continue
+            for skill in agent.skills:
+                skill_id = str(skill.get("id"))
+                entry = skills.get(skill_id)
+                if entry is None:
+                    entry = SkillAgents(
+                        skill_id=skill_id,
+                        name=str(skill.get("name", skill_id)),
+                        description=str(skill.get("description", "")),
+                        tags=[str(tag) for tag in skill.get("tags", [])],
+                        agents=[],
+                    )
+                    skills[skill_id] = entry
+                entry.agents.append(agent.name)
+        return sorted(skills.values(), key=lambda s: s.skill_id)
+
+    async def _apply_settings(self, conn: Connection, agent: Agent, data: AgentSettings) -> Agent:
+        changes = data.model_dump(mode="json", exclude_unset=True)
+        if "roles" in changes and changes["roles"] is not None:
+            changes["roles"] = sorted(set(changes["roles"]))
+        if changes.get("fallback_strategy") is not None:
+            known = await repo.fallback_strategy_names(conn)
+            if changes["fallback_strategy"] not in known:
+                raise ValidationFailed(
+                    f"Unknown fallback strategy {changes['fallback_strategy']!r}.",
+                    errors=[{"field": "fallback_strategy", "message": f"one of {sorted(known)}"}],
+                )
+        for required in (
+            "roles",
+            "timeout_ms",
+            "retry_attempts",
+            "intents",
+            "skills",
+            "enabled",
+            "fail_max",
+            "reset_timeout_ms",
+            "description",
+        ):
+            if required in changes and changes[required] is None:
+                raise ValidationFailed(
+                    f"{required} cannot be null.",
+                    errors=[{"field": required, "message": "may not be null"}],
+                )
+        updated = await repo.update_agent_settings(
+            conn, replace(agent, **changes), self._clock.now()
+        )
+        if updated is None:
+            raise NotFound(f"No agent named {agent.name!r}.")
+        return updated

@@ -1,36 +1,73 @@
--- Agents: the callers of the API, each with a hashed key and a set of roles.
+-- Agents: the callers of the API (hashed key, roles) and the agents Switchboard routes to
+-- (url, timeouts, retries, fallback, intents, skills, card). One row serves both.
 
 -- name: insert_agent
--- No row back means the name is taken.
-INSERT INTO agents (name, api_key_hash, roles, created_at)
-VALUES ($1, $2, $3, $4)
-ON CONFLICT (name) DO NOTHING
-RETURNING agent_id, name, roles, created_at, disabled_at
+-- Registers a new agent, or issues the first key of a seeded agent that has none yet.
+-- No row back means the name is taken by an agent that already has a key.
+INSERT INTO agents (name, api_key_hash, roles, created_at, updated_at)
+VALUES ($1, $2, $3, $4, $4)
+ON CONFLICT (name) DO UPDATE
+SET api_key_hash = excluded.api_key_hash, roles = excluded.roles, updated_at = excluded.updated_at
+WHERE agents.api_key_hash IS NULL
+RETURNING agent_id, name, roles, created_at, disabled_at, description, url, timeout_ms,
+          retry_attempts, fallback_strategy, intents, skills, enabled, fail_max, reset_timeout_ms,
+          api_key_hash IS NOT NULL AS has_key, updated_at
 
 -- name: get_agent_by_name
-SELECT agent_id, name, roles, created_at, disabled_at
+SELECT agent_id, name, roles, created_at, disabled_at, description, url, timeout_ms,
+       retry_attempts, fallback_strategy, intents, skills, enabled, fail_max, reset_timeout_ms,
+       api_key_hash IS NOT NULL AS has_key, updated_at
 FROM agents
 WHERE name = $1
 
 -- name: list_agents
-SELECT agent_id, name, roles, created_at, disabled_at
+SELECT agent_id, name, roles, created_at, disabled_at, description, url, timeout_ms,
+       retry_attempts, fallback_strategy, intents, skills, enabled, fail_max, reset_timeout_ms,
+       api_key_hash IS NOT NULL AS has_key, updated_at
 FROM agents
 ORDER BY name
 
 -- name: find_active_agent_by_key_hash
-SELECT agent_id, name, roles, created_at, disabled_at
+SELECT agent_id, name, roles
 FROM agents
 WHERE api_key_hash = $1 AND disabled_at IS NULL
 
 -- name: disable_agent
 UPDATE agents
-SET disabled_at = coalesce(disabled_at, $2)
+SET disabled_at = coalesce(disabled_at, $2), updated_at = $2
 WHERE name = $1
-RETURNING agent_id, name, roles, created_at, disabled_at
+RETURNING agent_id
 
 -- name: replace_agent_key
 -- A new key replaces the old one at once and re-enables a disabled agent.
 UPDATE agents
-SET api_key_hash = $2, disabled_at = NULL
+SET api_key_hash = $2, disabled_at = NULL, updated_at = $3
 WHERE name = $1
-RETURNING agent_id, name, roles, created_at, disabled_at
+RETURNING agent_id, name, roles, created_at, disabled_at, description, url, timeout_ms,
+          retry_attempts, fallback_strategy, intents, skills, enabled, fail_max, reset_timeout_ms,
+          api_key_hash IS NOT NULL AS has_key, updated_at
+
+-- name: update_agent_settings
+-- Every setting is written; the service merges the caller's changes into the current row.
+UPDATE agents
+SET roles = $2, description = $3, url = $4, timeout_ms = $5, retry_attempts = $6,
+    fallback_strategy = $7, intents = $8, skills = $9, enabled = $10, fail_max = $11,
+    reset_timeout_ms = $12, updated_at = $13
+WHERE name = $1
+RETURNING agent_id, name, roles, created_at, disabled_at, description, url, timeout_ms,
+          retry_attempts, fallback_strategy, intents, skills, enabled, fail_max, reset_timeout_ms,
+          api_key_hash IS NOT NULL AS has_key, updated_at
+
+-- name: set_agent_card
+UPDATE agents
+SET card = $2, url = $3, skills = $4, description = $5, updated_at = $6
+WHERE name = $1
+RETURNING agent_id, name, roles, created_at, disabled_at, description, url, timeout_ms,
+          retry_attempts, fallback_strategy, intents, skills, enabled, fail_max, reset_timeout_ms,
+          api_key_hash IS NOT NULL AS has_key, updated_at
+
+-- name: get_agent_card
+SELECT card FROM agents WHERE name = $1
+
+-- name: fallback_strategy_names
+SELECT name FROM fallback_strategies ORDER BY name

@@ -14,13 +14,17 @@ async def test_create_returns_key_once_and_list_never_shows_it(client: httpx.Asy
     assert response.status_code == 201
     body = response.json()
     assert body["api_key"].startswith("sb_")
-    assert body["roles"] == ["analytics", "authorized"]
+    assert body["agent"]["roles"] == ["analytics", "authorized"]
+    assert body["agent"]["has_key"] is True
+    # a seeded agent keeps its routing settings when it gets its first key
+    assert body["agent"]["fallback_strategy"] == "generic_financial_advice_disclaimer"
+    assert body["agent"]["timeout_ms"] == 45000
 
     listed = (await client.get("/v1/agents")).json()
-    assert [a["name"] for a in listed] == ["Consult_Customer_Agent"]
-    assert "api_key" not in listed[0]
+    consult = next(a for a in listed if a["name"] == "Consult_Customer_Agent")
+    assert "api_key" not in consult
     one = (await client.get("/v1/agents/Consult_Customer_Agent")).json()
-    assert one["agent_id"] == body["agent_id"]
+    assert one["agent_id"] == body["agent"]["agent_id"]
     assert "api_key" not in one
     assert "api_key_hash" not in one
 
@@ -28,6 +32,53 @@ async def test_create_returns_key_once_and_list_never_shows_it(client: httpx.Asy
 async def test_duplicate_name_is_409(client: httpx.AsyncClient) -> None:
     assert (await client.post("/v1/agents", json={"name": "Dup"})).status_code == 201
     assert_problem(await client.post("/v1/agents", json={"name": "Dup"}), 409)
+    # a seeded agent can be keyed once
+    assert (await client.post("/v1/agents", json={"name": "Make_Plan_Agent"})).status_code == 201
+    assert_problem(await client.post("/v1/agents", json={"name": "Make_Plan_Agent"}), 409)
+
+
+async def test_the_seven_seeded_agents_match_the_seed(client: httpx.AsyncClient) -> None:
+    agents = {a["name"]: a for a in (await client.get("/v1/agents")).json()}
+    expected = {
+        "Intent_Session_Agent": ("keyword_based_intent_detection", 10000, 3),
+        "Orchestrator_Agent": ("direct_agent_routing", 15000, 2),
+        "Collect_Create_Data_Agent": ("manual_data_entry_prompt", 30000, 3),
+        "Consult_Customer_Agent": ("generic_financial_advice_disclaimer", 45000, 2),
+        "Make_Plan_Agent": ("basic_budget_template", 60000, 2),
+        "Add_Changes_Agent": ("change_confirmation_without_analysis", 20000, 3),
+        "Educate_Customer_Agent": ("static_educational_content", 25000, 2),
+    }
+    for name, (fallback, timeout_ms, retries) in expected.items():
+        agent = agents[name]
+        assert (agent["fallback_strategy"], agent["timeout_ms"], agent["retry_attempts"]) == (
+            fallback,
+            timeout_ms,
+            retries,
+        )
+        assert agent["url"] is None
+        assert agent["has_key"] is False
+        assert agent["skills"]
+
+
+async def test_settings_can_be_changed_and_are_validated(client: httpx.AsyncClient) -> None:
+    response = await client.patch(
+        "/v1/agents/Make_Plan_Agent",
+        json={"url": "http://127.0.0.1:9/plan", "timeout_ms": 500, "fail_max": 2},
+    )
+    assert response.status_code == 200, response.text
+    agent = response.json()
+    assert agent["url"] == "http://127.0.0.1:9/plan"
+    assert agent["timeout_ms"] == 500
+    assert agent["retry_attempts"] == 2  # untouched
+    for bad in (
+        {"url": "ftp://x"},
+        {"timeout_ms": 10},
+        {"fallback_strategy": "pray"},
+        {"fail_max": None},
+        {"unknown": 1},
+    ):
+        assert_problem(await client.patch("/v1/agents/Make_Plan_Agent", json=bad), 422)
+    assert_problem(await client.patch("/v1/agents/Nobody", json={"timeout_ms": 500}), 404)
 
 
 async def test_invalid_names_and_roles_are_422(client: httpx.AsyncClient) -> None:
@@ -46,6 +97,7 @@ async def test_invalid_names_and_roles_are_422(client: httpx.AsyncClient) -> Non
 async def test_unknown_agent_is_404(client: httpx.AsyncClient) -> None:
     assert_problem(await client.get("/v1/agents/Nobody"), 404)
     assert_problem(await client.delete("/v1/agents/Nobody"), 404)
+    assert_problem(await client.get("/v1/agents/Nobody/card"), 404)
     assert_problem(await client.post("/v1/agents/Nobody/key"), 404)
 
 

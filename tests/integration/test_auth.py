@@ -63,7 +63,7 @@ async def test_disabled_agent_key_stops_working_and_rotation_revives(
     assert rotated.status_code == 201
     new_key = rotated.json()["api_key"]
     assert new_key != old_key
-    assert rotated.json()["disabled_at"] is None
+    assert rotated.json()["agent"]["disabled_at"] is None
     async with app_client(running_app, {"X-API-Key": new_key}) as agent:
         assert (await agent.post("/v1/users", json={})).status_code == 201
     async with app_client(running_app, {"X-API-Key": old_key}) as agent:
