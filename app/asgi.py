@@ -6,6 +6,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+import httpx
 from litestar import Litestar, Request
 from litestar.datastructures import State
 from litestar.di import Provide
@@ -17,6 +18,15 @@ from app.agents.controller import AgentController, SkillController
 from app.agents.service import AgentService
 from app.auth.middleware import PUBLIC_PATHS, ApiKeyAuthMiddleware
 from app.clock import Clock, SystemClock
+from app.coordination.breakers import BreakerRegistry
+from app.coordination.controller import (
+    AgentCardController,
+    BreakerController,
+    IntentController,
+    SessionMessageController,
+)
+from app.coordination.dispatch import AgentClient
+from app.coordination.service import CoordinationService
 from app.db.pool import Database
 from app.errors import EXCEPTION_HANDLERS, UnsupportedMediaType
 from app.health.controller import HealthController
@@ -76,12 +86,32 @@ def create_app(
     user_service = UserService(database, clock)
     session_service = SessionService(database, clock, settings.sessions)
     memory_service = MemoryService(database, clock, settings.memories)
+    breakers = BreakerRegistry(
+        database, clock, sync_interval=settings.coordination.breaker_sync_seconds
+    )
+    # One HTTP client for every agent call: connection reuse, no per-call set-up. Deadlines
+    # are enforced per call (timeout_ms) by the dispatcher, not by httpx.
+    http = httpx.AsyncClient(timeout=None, follow_redirects=False)  # noqa: S113
+    coordinator = CoordinationService(
+        database,
+        clock,
+        settings.coordination,
+        session_service,
+        memory_service,
+        breakers,
+        AgentClient(http),
+    )
 
     @asynccontextmanager
     async def lifespan(_: Litestar) -> AsyncIterator[None]:
         await database.open()
         try:
-            yield
+            await breakers.start()
+            try:
+                yield
+            finally:
+                await breakers.stop()
+                await http.aclose()
         finally:
             await database.close()
 
@@ -103,6 +133,10 @@ def create_app(
             MemoryTypeController,
             AccessLevelController,
             AuditController,
+            IntentController,
+            SessionMessageController,
+            BreakerController,
+            AgentCardController,
         ],
         dependencies={
             "database": provide(database),
@@ -110,6 +144,7 @@ def create_app(
             "user_service": provide(user_service),
             "session_service": provide(session_service),
             "memory_service": provide(memory_service),
+            "coordinator": provide(coordinator),
         },
         middleware=[DefineMiddleware(ApiKeyAuthMiddleware, exclude=PUBLIC_PATHS)],
         before_request=require_json_body,

@@ -71,6 +71,24 @@ class MemorySettings(BaseSettings):
     context_default_max_bytes: PositiveInt = 64 * 1024
 
 
+class CoordinationSettings(BaseSettings):
+    """Intent prioritization and agent dispatch."""
+
+    model_config = SettingsConfigDict(env_prefix="SWITCHBOARD_COORDINATION_", extra="ignore")
+
+    # Ask the user instead of guessing when the top two conflicting intents score closer
+    # than this (0: never ask).
+    clarification_margin: int = Field(default=10, ge=0, le=100)
+    # The agent asked to classify intents first, when it has a url.
+    classifier_agent: str = "Intent_Session_Agent"
+    # Agent for messages no intent or skill claims.
+    default_agent: str = "Orchestrator_Agent"
+    # Seconds the compiled intent rules are reused before being re-read.
+    rules_cache_seconds: float = Field(default=5.0, ge=0)
+    # Seconds between re-reads of the shared breaker states (besides LISTEN/NOTIFY).
+    breaker_sync_seconds: float = Field(default=5.0, gt=0)
+
+
 class Settings(BaseSettings):
     """All settings; each group reads its own prefix."""
 
@@ -82,3 +100,4 @@ class Settings(BaseSettings):
     auth: AuthSettings = Field(default_factory=AuthSettings)
     sessions: SessionSettings = Field(default_factory=SessionSettings)
     memories: MemorySettings = Field(default_factory=MemorySettings)
+    coordination: CoordinationSettings = Field(default_factory=CoordinationSettings)

@@ -4,7 +4,7 @@ the webhooks and the scheduler all call this service."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -15,7 +15,7 @@ import asyncpg
 from app.clock import Clock
 from app.common.pagination import DEFAULT_LIMIT, decode_time_id_cursor, encode_cursor
 from app.common.validation import validate_as
-from app.db.pool import Database
+from app.db.pool import Connection, Database
 from app.errors import Conflict, NotFound, ValidationFailed, VersionConflict
 from app.sessions import repository as repo
 from app.sessions.schemas import (
@@ -48,9 +48,11 @@ _NO_VERSION_CEILING = 1 << 62
 _CLOSED = frozenset({"completed", "expired"})
 
 Mutation = Callable[[Session, datetime], tuple[SessionContent, str]]
+AfterWrite = Callable[[Connection, Session], Awaitable[None]]
 
 
-def _content_of(session: Session) -> SessionContent:
+def content_of(session: Session) -> SessionContent:
+    """The versioned content of a session, in storage form."""
     state, metadata = strip_mirrors(session.session_state, session.coordination_metadata)
     return SessionContent(
         session_state=state,
@@ -226,7 +228,7 @@ class SessionService:
                     f"Session {session_id} is {current.status}; only preserve can change.",
                     session_status=current.status,
                 )
-            base = _content_of(current)
+            base = content_of(current)
             view = {
                 "session_state": current.session_state,
                 "coordination_metadata": current.coordination_metadata,
@@ -260,7 +262,7 @@ class SessionService:
 
         def mutate(current: Session, now: datetime) -> tuple[SessionContent, str]:
             self._require_open(current)
-            base = _content_of(current)
+            base = content_of(current)
             sequence = close_current_execution(
                 base.agent_sequence,
                 now=now,
@@ -286,7 +288,7 @@ class SessionService:
 
         def mutate(current: Session, now: datetime) -> tuple[SessionContent, str]:
             self._require_open(current)
-            base = _content_of(current)
+            base = content_of(current)
             sequence = close_current_execution(
                 base.agent_sequence,
                 now=now,
@@ -349,10 +351,31 @@ class SessionService:
                 )
         return session
 
+    async def apply_change(
+        self,
+        session_id: UUID,
+        actor: str,
+        mutate: Mutation,
+        on_written: AfterWrite | None = None,
+    ) -> Session:
+        """A server-side change (the coordinator's): applied to whatever version is current,
+        versioned like any other write; ``on_written`` runs in the same transaction."""
+
+        def guarded(current: Session, now: datetime) -> tuple[SessionContent, str]:
+            self._require_open(current)
+            return mutate(current, now)
+
+        return await self._versioned_write(session_id, None, actor, guarded, on_written)
+
     # -- helpers -----------------------------------------------------------------------
 
     async def _versioned_write(
-        self, session_id: UUID, bases: set[int] | None, actor: str, mutate: Mutation
+        self,
+        session_id: UUID,
+        bases: set[int] | None,
+        actor: str,
+        mutate: Mutation,
+        on_written: AfterWrite | None = None,
     ) -> Session:
         """Lock, check the base version, apply ``mutate``, bump, record: one transaction."""
         now = self._clock.now()
@@ -376,6 +399,8 @@ class SessionService:
             await repo.insert_session_version(
                 conn, session_id, updated.version, content, actor, reason, now
             )
+            if on_written is not None:
+                await on_written(conn, updated)
         return updated
 
     def _lifetime(self, ttl_seconds: int | None) -> timedelta:

@@ -1,0 +1,1 @@
+"""Coordination: intents, routing, circuit breakers, fallbacks and the message entry point."""

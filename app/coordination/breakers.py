@@ -1,0 +1,198 @@
+"""One circuit breaker per agent, shared by every replica.
+
+Calls never touch the database: each replica keeps its breakers in memory. A state change
+(closed -> open, open -> half-open, manual isolation, ...) is written to ``agent_breakers``
+and announced with NOTIFY in the same statement; the other replicas LISTEN and adopt it,
+and re-read the table every ``sync_interval`` seconds in case a notification was missed
+(a dropped LISTEN connection, a replica that started late).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from datetime import datetime
+from typing import Any
+
+import asyncpg
+import orjson
+
+from app.clock import Clock
+from app.coordination import repository as repo
+from app.coordination.breaker import AsyncCircuitBreaker, BreakerSnapshot
+from app.coordination.schemas import RoutingAgent
+from app.db.pool import Database
+
+logger = logging.getLogger("switchboard.breakers")
+
+CHANNEL = "switchboard_breakers"
+_DEFAULT_SETTINGS = (5, 30.0)
+
+
+class BreakerRegistry:
+    """The breakers of this replica, kept in step with the other replicas."""
+
+    def __init__(self, database: Database, clock: Clock, *, sync_interval: float = 5.0) -> None:
+        self._db = database
+        self._clock = clock
+        self._sync_interval = sync_interval
+        self.replica_id = f"replica-{uuid.uuid4().hex[:12]}"
+        self._breakers: dict[str, AsyncCircuitBreaker] = {}
+        self._settings: dict[str, tuple[int, float]] = {}
+        self._versions: dict[str, int] = {}
+        self._pending: set[asyncio.Task[None]] = set()
+        self._listener: asyncpg.Connection[asyncpg.Record] | None = None
+        self._sync_task: asyncio.Task[None] | None = None
+
+    # -- lifecycle ----------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Adopt the published states, then follow changes (LISTEN plus periodic re-read).
+
+        A database that is down at start-up does not stop the service: the background loop
+        keeps trying, and local breakers work meanwhile."""
+        try:
+            await self.sync()
+        except Exception:
+            logger.warning("could not read breaker states at start-up; will retry")
+        self._sync_task = asyncio.create_task(self._keep_in_sync(), name="breaker-sync")
+
+    async def stop(self) -> None:
+        """Stop following, and finish publishing what is still in flight."""
+        if self._sync_task is not None:
+            self._sync_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._sync_task
+            self._sync_task = None
+        await self._close_listener()
+        if self._pending:
+            await asyncio.gather(*self._pending, return_exceptions=True)
+
+    # -- use ----------------------------------------------------------------------------
+
+    def breaker_for(self, agent: RoutingAgent) -> AsyncCircuitBreaker:
+        """The agent's breaker, created on first use and kept in step with its settings."""
+        settings = (agent.fail_max, agent.reset_timeout_ms / 1000)
+        breaker = self._breakers.get(agent.name)
+        if breaker is None:
+            breaker = self._create(agent.name, settings)
+        elif self._settings[agent.name] != settings:
+            breaker.reconfigure(fail_max=settings[0], reset_timeout=settings[1])
+            self._settings[agent.name] = settings
+        return breaker
+
+    def peek(self, agent_name: str) -> BreakerSnapshot | None:
+        """The current state of an agent's breaker, if it has one on this replica."""
+        breaker = self._breakers.get(agent_name)
+        return None if breaker is None else breaker.snapshot()
+
+    async def isolate(self, agent: RoutingAgent, state: str) -> BreakerSnapshot:
+        """Manual isolation: force the circuit open, or close it; published at once."""
+        breaker = self.breaker_for(agent)
+        if state == "open":
+            breaker.force_open()
+        else:
+            breaker.force_close()
+        await self.flush()
+        return breaker.snapshot()
+
+    async def flush(self) -> None:
+        """Wait until every state change so far has been published."""
+        while self._pending:
+            await asyncio.gather(*list(self._pending), return_exceptions=True)
+
+    async def sync(self) -> None:
+        """Re-read every published state and adopt the ones newer than what we have."""
+        async with self._db.connection() as conn:
+            rows = await repo.list_breakers(conn)
+        for row in rows:
+            self._adopt(dict(row))
+
+    # -- internals ----------------------------------------------------------------------
+
+    def _publish_later(self, snapshot: BreakerSnapshot) -> None:
+        # on_change is synchronous (pybreaker listeners are); publishing is I/O.
+        task = asyncio.get_running_loop().create_task(self._publish(snapshot))
+        self._pending.add(task)
+        task.add_done_callback(self._pending.discard)
+
+    async def _publish(self, snapshot: BreakerSnapshot) -> None:
+        try:
+            async with self._db.connection() as conn:
+                version = await repo.save_breaker(
+                    conn,
+                    snapshot.name,
+                    snapshot.state,
+                    snapshot.failure_count,
+                    snapshot.opened_at,
+                    self.replica_id,
+                    self._clock.now(),
+                )
+            self._versions[snapshot.name] = max(self._versions.get(snapshot.name, 0), version)
+        except Exception:
+            # The local breaker still protects this replica; the periodic sync or the next
+            # change publishes again.
+            logger.warning("could not publish breaker state of %s", snapshot.name, exc_info=True)
+
+    def _adopt(self, published: dict[str, Any]) -> None:
+        name = str(published["agent_name"])
+        version = int(published["version"])
+        if version <= self._versions.get(name, 0):
+            return
+        self._versions[name] = version
+        if published.get("updated_by") == self.replica_id:
+            return
+        opened_at = published.get("opened_at")
+        if isinstance(opened_at, str):
+            opened_at = datetime.fromisoformat(opened_at)
+        snapshot = BreakerSnapshot(
+            name=name,
+            state=published["state"],
+            failure_count=int(published["failure_count"]),
+            opened_at=opened_at,
+        )
+        breaker = self._breakers.get(name)
+        if breaker is None:
+            # Not used here yet: defaults until breaker_for() applies the agent's settings.
+            breaker = self._create(name, _DEFAULT_SETTINGS)
+        breaker.apply_remote(snapshot)
+
+    def _create(self, name: str, settings: tuple[int, float]) -> AsyncCircuitBreaker:
+        breaker = AsyncCircuitBreaker(
+            name, fail_max=settings[0], reset_timeout=settings[1], on_change=self._publish_later
+        )
+        self._breakers[name] = breaker
+        self._settings[name] = settings
+        return breaker
+
+    def _on_notify(self, _conn: Any, _pid: int, _channel: str, payload: object) -> None:
+        try:
+            self._adopt(orjson.loads(str(payload)))
+        except Exception:
+            logger.warning("ignored a malformed breaker notification", exc_info=True)
+
+    async def _keep_in_sync(self) -> None:
+        while True:
+            try:
+                if self._listener is None or self._listener.is_closed():
+                    await self._open_listener()
+                await self.sync()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                logger.warning("breaker sync failed; retrying", exc_info=True)
+                await self._close_listener()
+            await asyncio.sleep(self._sync_interval)
+
+    async def _open_listener(self) -> None:
+        await self._close_listener()
+        self._listener = await asyncpg.connect(self._db.url)
+        await self._listener.add_listener(CHANNEL, self._on_notify)
+
+    async def _close_listener(self) -> None:
+        listener, self._listener = self._listener, None
+        if listener is not None and not listener.is_closed():
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(listener.close(), timeout=2)

@@ -1,0 +1,190 @@
+"""HTTP routes for coordination: analysis, messages, pending actions, decisions, intent
+rules, breakers, and Switchboard's own A2A agent card."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any
+from uuid import UUID
+
+from litestar import Controller, Request, get, post, put
+from litestar.di import NamedDependency
+from litestar.params import FromPath, JSONBody, QueryParameter
+
+from app.auth.guards import admin_only
+from app.auth.principal import Principal
+from app.common.pagination import DEFAULT_LIMIT, MAX_LIMIT
+from app.coordination.schemas import (
+    Analysis,
+    AnalyzeRequest,
+    BreakerCommand,
+    BreakerView,
+    DecisionPage,
+    IntentModifier,
+    IntentType,
+    IntentTypeWrite,
+    MessageRequest,
+    MessageResult,
+    ModifierWrite,
+)
+from app.coordination.service import CoordinationService
+from app.errors import BadRequest
+
+AnyRequest = Request[Principal, Any, Any]
+Coordinator = NamedDependency[CoordinationService]
+_NAME_RULE = "lowercase letters, digits and underscores, starting with a letter"
+_RULE_NAME = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
+
+
+def _check_rule_name(name: str) -> None:
+    if not _RULE_NAME.fullmatch(name):
+        raise BadRequest(f"A rule name is {_NAME_RULE}.")
+
+
+class IntentController(Controller):
+    """Intent analysis and the rules behind it."""
+
+    path = "/v1"
+    tags = ["coordination"]
+
+    @post("/intents/analyze", status_code=200, summary="Analyse a message (no side effects)")
+    async def analyze(self, data: JSONBody[AnalyzeRequest], coordinator: Coordinator) -> Analysis:
+        """Detected intents with scores and modifiers, the primary, the queued secondaries
+        or a clarification question, and the agent it would go to."""
+        return await coordinator.analyze(data)
+
+    @get("/intents", summary="Intent types, weights and keywords")
+    async def list_intents(self, coordinator: Coordinator) -> list[IntentType]:
+        """The intent rules, heaviest first."""
+        return await coordinator.list_intents()
+
+    @put("/intents/{name:str}", guards=[admin_only], summary="Create or change an intent type")
+    async def put_intent(
+        self, name: FromPath[str], data: JSONBody[IntentTypeWrite], coordinator: Coordinator
+    ) -> IntentType:
+        """Set the base weight and replace the keyword phrases of an intent."""
+        _check_rule_name(name)
+        return await coordinator.put_intent(name, data)
+
+    @get("/intent-modifiers", summary="Context modifiers and their cues")
+    async def list_modifiers(self, coordinator: Coordinator) -> list[IntentModifier]:
+        """The context modifiers, their points and the phrases that reveal them."""
+        return await coordinator.list_modifiers()
+
+    @put("/intent-modifiers/{name:str}", guards=[admin_only], summary="Change a context modifier")
+    async def put_modifier(
+        self, name: FromPath[str], data: JSONBody[ModifierWrite], coordinator: Coordinator
+    ) -> IntentModifier:
+        """Set a modifier's points and replace its cue phrases."""
+        _check_rule_name(name)
+        return await coordinator.put_modifier(name, data)
+
+
+class SessionMessageController(Controller):
+    """The coordination entry point of a session."""
+
+    path = "/v1/sessions/{session_id:uuid}"
+    tags = ["coordination", "sessions"]
+
+    @post("/messages", status_code=200, summary="Send a user message through the coordinator")
+    async def message(
+        self,
+        request: AnyRequest,
+        session_id: FromPath[UUID],
+        data: JSONBody[MessageRequest],
+        coordinator: Coordinator,
+    ) -> MessageResult:
+        """Analyse, prioritise, route, call the agent through its breaker (or fall back),
+        apply its memory updates, update the session and record the decision."""
+        return await coordinator.handle_message(session_id, data, request.user)
+
+    @post("/pending/next", status_code=200, summary="Process the next pending action")
+    async def next_pending(
+        self, request: AnyRequest, session_id: FromPath[UUID], coordinator: Coordinator
+    ) -> MessageResult:
+        """Take the highest-priority queued action (a secondary intent, a deferred change)
+        and coordinate it like a message; 409 when nothing is pending."""
+        return await coordinator.next_pending(session_id, request.user)
+
+    @get("/decisions", summary="The session's coordination decisions")
+    async def decisions(
+        self,
+        session_id: FromPath[UUID],
+        coordinator: Coordinator,
+        limit: Annotated[int, QueryParameter(ge=1, le=MAX_LIMIT)] = DEFAULT_LIMIT,
+        cursor: Annotated[str | None, QueryParameter(max_length=512)] = None,
+    ) -> DecisionPage:
+        """Every decision (intents, scores, agent, breaker state, fallback), newest first."""
+        return await coordinator.list_decisions(session_id, limit, cursor)
+
+
+class BreakerController(Controller):
+    """Per-agent circuit breakers."""
+
+    path = "/v1/agents/{name:str}/breaker"
+    tags = ["coordination", "agents"]
+
+    @get("/", summary="An agent's circuit breaker")
+    async def get_breaker(self, name: FromPath[str], coordinator: Coordinator) -> BreakerView:
+        """State, failure count and settings, as this replica sees them."""
+        return await coordinator.breaker(name)
+
+    @post("/", status_code=200, guards=[admin_only], summary="Isolate an agent or bring it back")
+    async def set_breaker(
+        self, name: FromPath[str], data: JSONBody[BreakerCommand], coordinator: Coordinator
+    ) -> BreakerView:
+        """``open`` isolates the agent (fallbacks only, on every replica) until ``closed``."""
+        return await coordinator.set_breaker(name, data.state)
+
+
+class AgentCardController(Controller):
+    """Switchboard's own A2A agent card (public)."""
+
+    path = "/.well-known"
+    tags = ["agents"]
+
+    @get(["/agent-card.json", "/agent.json"], summary="Switchboard's A2A agent card")
+    async def card(self, request: Request[Any, Any, Any]) -> dict[str, Any]:
+        """What Switchboard offers, for A2A clients (``agent.json`` for older ones)."""
+        base = str(request.base_url).rstrip("/")
+        return {
+            "protocolVersion": "0.3.0",
+            "name": "Switchboard",
+            "description": (
+                "Session coordination for multi-agent systems: shared session state, "
+                "memories, intent routing and circuit-broken agent calls."
+            ),
+            "url": f"{base}/v1",
+            "version": request.app.openapi_config.version if request.app.openapi_config else "",
+            "capabilities": {"streaming": False, "pushNotifications": False},
+            "defaultInputModes": ["application/json"],
+            "defaultOutputModes": ["application/json"],
+            "securitySchemes": {
+                "bearer": {"type": "http", "scheme": "bearer"},
+                "apiKey": {"type": "apiKey", "in": "header", "name": "X-API-Key"},
+            },
+            "security": [{"bearer": []}, {"apiKey": []}],
+            "skills": [
+                {
+                    "id": "coordinate_message",
+                    "name": "Coordinate a message",
+                    "description": "Route a user message to the right agent, with fallbacks.",
+                    "tags": ["coordination", "routing", "intent"],
+                    "examples": ["I lost my job and need a new budget"],
+                },
+                {
+                    "id": "session_state",
+                    "name": "Shared session state",
+                    "description": "Versioned, conflict-safe session state for every agent.",
+                    "tags": ["session", "state"],
+                    "examples": ["What is the current agent of session X?"],
+                },
+                {
+                    "id": "shared_memory",
+                    "name": "Shared memory",
+                    "description": "Memories with retention and access levels.",
+                    "tags": ["memory"],
+                    "examples": ["Remember the user's risk tolerance"],
+                },
+            ],
+        }

@@ -1,0 +1,130 @@
+"""Calling an agent: the seed's request format over HTTP, through the agent's circuit
+breaker, with retries (exponential backoff and jitter) outside the breaker, all within the
+agent's timeout_ms. Any failure ends in a result the caller turns into a fallback."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import orjson
+from pydantic import ValidationError
+
+from app.coordination.breaker import AsyncCircuitBreaker, BreakerOpen
+from app.coordination.schemas import AgentResponse, RoutingAgent
+
+
+class AgentCallFailed(Exception):
+    """An attempt failed; ``retryable`` says whether another attempt may help."""
+
+    def __init__(self, reason: str, *, retryable: bool) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.retryable = retryable
+
+
+@dataclass(frozen=True, slots=True)
+class CallResult:
+    """How a call ended: a valid response, or the reason there is none."""
+
+    response: AgentResponse | None
+    attempts: int
+    error: str | None
+    elapsed_ms: int
+
+    @property
+    def ok(self) -> bool:
+        """True when the agent answered with success."""
+        return self.response is not None
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """Backoff between attempts: base * 2**n, capped, with full jitter."""
+
+    base_seconds: float = 0.05
+    cap_seconds: float = 2.0
+
+    def delay(self, attempt: int) -> float:
+        """Seconds to wait before attempt ``attempt + 1`` (attempt counts from 0)."""
+        return random.uniform(0, min(self.cap_seconds, self.base_seconds * 2**attempt))  # noqa: S311
+
+
+class AgentClient:
+    """Posts AgentCommunicationProtocol requests to agents' URLs."""
+
+    def __init__(self, http: httpx.AsyncClient, retry: RetryPolicy | None = None) -> None:
+        self._http = http
+        self._retry = retry or RetryPolicy()
+
+    async def call(
+        self, agent: RoutingAgent, breaker: AsyncCircuitBreaker, request: dict[str, Any]
+    ) -> CallResult:
+        """Call ``agent`` until it answers, fails for good, its circuit opens or time is up."""
+        started = time.monotonic()
+        deadline = started + agent.timeout_ms / 1000
+        attempts = 0
+        error: str | None = None
+        if not agent.url:
+            return CallResult(None, 0, "agent has no url configured", 0)
+        for attempt in range(agent.retry_attempts + 1):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                error = error or "timeout"
+                break
+            try:
+                attempts += 1
+                response = await breaker.call(
+                    lambda: self._post(agent.url or "", request), timeout=remaining
+                )
+                return CallResult(response, attempts, None, _ms_since(started))
+            except BreakerOpen:
+                attempts -= 1  # refused before anything was sent
+                error = "circuit open"
+                break
+            except TimeoutError:
+                error = f"timeout after {agent.timeout_ms} ms"
+                break
+            except AgentCallFailed as failure:
+                error = failure.reason
+                if not failure.retryable:
+                    break
+            pause = self._retry.delay(attempt)
+            if time.monotonic() + pause >= deadline:
+                break
+            await asyncio.sleep(pause)
+        return CallResult(None, attempts, error, _ms_since(started))
+
+    async def _post(self, url: str, request: dict[str, Any]) -> AgentResponse:
+        try:
+            reply = await self._http.post(
+                url,
+                content=orjson.dumps(request),
+                headers={"content-type": "application/json", "accept": "application/json"},
+            )
+        except httpx.HTTPError as exc:
+            raise AgentCallFailed(f"transport error: {type(exc).__name__}", retryable=True) from exc
+        if reply.status_code >= 500 or reply.status_code == 429:
+            raise AgentCallFailed(f"agent answered HTTP {reply.status_code}", retryable=True)
+        if reply.status_code >= 400:
+            raise AgentCallFailed(f"agent answered HTTP {reply.status_code}", retryable=False)
+        try:
+            response = AgentResponse.model_validate(orjson.loads(reply.content))
+        except (orjson.JSONDecodeError, ValidationError):
+            raise AgentCallFailed("agent answered malformed JSON", retryable=False) from None
+        if not response.success:
+            details = response.error_details
+            reason = (details.message or details.code) if details else None
+            raise AgentCallFailed(
+                f"agent reported failure: {reason or 'no details'}",
+                retryable=bool(details and details.retryable),
+            )
+        return response
+
+
+def _ms_since(started: float) -> int:
+    return int((time.monotonic() - started) * 1000)

@@ -1,0 +1,212 @@
+"""Rule-based answers for when an agent is slow, failing, unconfigured or open-circuited.
+
+One function per strategy of the seed's agentFallbackStrategies table. Wording and
+parameters come from ``fallback_strategies.template`` (and ``educational_content``), so an
+operator changes what users read without a deploy; the code only decides what to fill in.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+from app.coordination import repository as repo
+from app.db.pool import Connection
+
+
+@dataclass(frozen=True, slots=True)
+class FallbackContext:
+    """What a fallback may use to answer."""
+
+    strategy: str
+    text: str
+    intent: str | None
+    failed_agent: str | None
+    user_id: UUID
+    now: datetime
+    # For direct_agent_routing: the agent the keyword rules would pick, if any.
+    routed_agent: str | None = None
+    routed_intent: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FallbackResult:
+    """A degraded but useful answer."""
+
+    strategy: str
+    text: str
+    data: dict[str, Any] = field(default_factory=dict)
+    next_agent: str | None = None
+    pending_action: dict[str, Any] | None = None
+
+
+class _Blanks(dict[str, Any]):
+    """format_map values: a placeholder with no value stays as written."""
+
+    def __missing__(self, key: str) -> str:
+        return "{" + key + "}"
+
+
+def fill(template: str, **values: Any) -> str:
+    """Fill ``{name}`` placeholders; unknown ones are left as they are."""
+    return template.format_map(_Blanks(values))
+
+
+def label(name: str | None) -> str:
+    """``Make_Plan_Agent`` -> ``Make Plan Agent``; ``request_plan`` -> ``request plan``."""
+    return (name or "").replace("_", " ").strip()
+
+
+Strategy = Callable[[Connection, FallbackContext, dict[str, Any]], Awaitable[FallbackResult]]
+
+
+async def keyword_based_intent_detection(
+    _: Connection, ctx: FallbackContext, template: dict[str, Any]
+) -> FallbackResult:
+    """The classifier's fallback: the keyword rules already ran; say so."""
+    return FallbackResult(ctx.strategy, fill(str(template.get("message", "")), intent=ctx.intent))
+
+
+async def direct_agent_routing(
+    _: Connection, ctx: FallbackContext, template: dict[str, Any]
+) -> FallbackResult:
+    """Skip the orchestrator: name the specialist the keyword rules point to."""
+    text = fill(
+        str(template.get("message", "")),
+        intent_label=label(ctx.routed_intent) or "your request",
+        agent_label=label(ctx.routed_agent) or "the right specialist",
+    )
+    return FallbackResult(
+        ctx.strategy,
+        text,
+        {"routed_intent": ctx.routed_intent, "routed_agent": ctx.routed_agent},
+        next_agent=ctx.routed_agent,
+    )
+
+
+async def manual_data_entry_prompt(
+    _: Connection, ctx: FallbackContext, template: dict[str, Any]
+) -> FallbackResult:
+    """Ask the user to enter their data themselves, listing the fields."""
+    fields = [str(name) for name in template.get("fields", [])]
+    text = fill(str(template.get("message", "")), field_list=", ".join(map(label, fields)))
+    return FallbackResult(ctx.strategy, text, {"fields": fields})
+
+
+async def generic_financial_advice_disclaimer(
+    _: Connection, ctx: FallbackContext, template: dict[str, Any]
+) -> FallbackResult:
+    """General guidance with the disclaimer."""
+    return FallbackResult(ctx.strategy, str(template.get("message", "")))
+
+
+def _monthly_income(profile: list[tuple[str | None, Any]], keys: list[str]) -> float | None:
+    for key, content in profile:
+        if key in keys and isinstance(content, int | float) and not isinstance(content, bool):
+            return float(content)
+        if isinstance(content, dict):
+            for name in keys:
+                value = content.get(name)
+                if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
+                    return float(value)
+    return None
+
+
+async def basic_budget_template(
+    conn: Connection, ctx: FallbackContext, template: dict[str, Any]
+) -> FallbackResult:
+    """A 50/30/20 budget, in amounts when the user's profile says what they earn."""
+    split = {k: float(v) for k, v in dict(template.get("split", {})).items()}
+    profile = await repo.user_profile_contents(conn, ctx.user_id, ctx.now)
+    income = _monthly_income(profile, [str(k) for k in template.get("income_keys", [])])
+    if income is None:
+        parts = {name: f"{share:g}%" for name, share in split.items()}
+        amounts: dict[str, float] | None = None
+        note = ""
+    else:
+        amounts = {name: round(income * share / 100, 2) for name, share in split.items()}
+        parts = {name: f"{amount:,.2f}" for name, amount in amounts.items()}
+        note = f" for a monthly income of {income:,.2f}"
+    text = fill(str(template.get("message", "")), income_note=note, **parts)
+    return FallbackResult(
+        ctx.strategy,
+        text,
+        {"split_percent": split, "monthly_income": income, "amounts": amounts},
+    )
+
+
+async def change_confirmation_without_analysis(
+    _: Connection, ctx: FallbackContext, template: dict[str, Any]
+) -> FallbackResult:
+    """Record the change request and queue its analysis for later."""
+    request = ctx.text if len(ctx.text) <= 200 else ctx.text[:197] + "..."
+    action = {
+        "type": ctx.intent or "urgent_changes",
+        "description": ctx.text,
+        "status": "pending",
+        "created_at": ctx.now.isoformat(),
+        "reason": f"{ctx.failed_agent or 'the change agent'} was unavailable",
+    }
+    return FallbackResult(
+        ctx.strategy,
+        fill(str(template.get("message", "")), request=request),
+        {"recorded_request": ctx.text},
+        pending_action=action,
+    )
+
+
+_WORD = re.compile(r"[a-z0-9']+")
+
+
+async def static_educational_content(
+    conn: Connection, ctx: FallbackContext, template: dict[str, Any]
+) -> FallbackResult:
+    """The stored lesson whose keywords best match the question."""
+    lessons = await repo.educational_content(conn)
+    text = " ".join(_WORD.findall(ctx.text.lower()))
+    best, best_hits = None, 0
+    for lesson in lessons:
+        hits = sum(
+            1 for keyword in lesson["keywords"] if re.search(rf"\b{re.escape(keyword)}\b", text)
+        )
+        if hits > best_hits:
+            best, best_hits = lesson, hits
+    if best is None:
+        default = template.get("default_topic")
+        best = next((lesson for lesson in lessons if lesson["topic"] == default), None)
+    if best is None:
+        return FallbackResult(ctx.strategy, "Our education assistant is not available right now.")
+    return FallbackResult(
+        ctx.strategy,
+        fill(str(template.get("message", "")), title=best["title"], body=best["body"]),
+        {"topic": best["topic"], "matched_keywords": best_hits},
+    )
+
+
+STRATEGIES: dict[str, Strategy] = {
+    "keyword_based_intent_detection": keyword_based_intent_detection,
+    "direct_agent_routing": direct_agent_routing,
+    "manual_data_entry_prompt": manual_data_entry_prompt,
+    "generic_financial_advice_disclaimer": generic_financial_advice_disclaimer,
+    "basic_budget_template": basic_budget_template,
+    "change_confirmation_without_analysis": change_confirmation_without_analysis,
+    "static_educational_content": static_educational_content,
+}
+
+GENERIC_APOLOGY = (
+    "The assistant for this request is not available right now. Your message has been "
+    "recorded in the session and will be picked up when it is back."
+)
+
+
+async def run_fallback(conn: Connection, ctx: FallbackContext) -> FallbackResult:
+    """Run the strategy named in ``ctx``; an unknown or missing one gives a plain apology."""
+    strategy = STRATEGIES.get(ctx.strategy)
+    template = await repo.fallback_template(conn, ctx.strategy) if strategy else None
+    if strategy is None or template is None:
+        return FallbackResult(ctx.strategy or "none", GENERIC_APOLOGY)
+    return await strategy(conn, ctx, template)

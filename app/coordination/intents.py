@@ -1,0 +1,319 @@
+"""Keyword intent detection and the seed's intent prioritization, as pure functions.
+
+No I/O, no database, no clock: the rules come in as data (``IntentRules``), the answer goes out
+as frozen dataclasses, and the same input always gives the same output.
+
+Scoring is the seed's ``calculateIntentPriority``: the intent's base weight (or
+``default_weight`` when it has none) plus the points of every context modifier that applies,
+capped at ``score_cap``. A modifier applies when a caller/session flag names it (to every
+intent) or when one of its cue phrases appears in the clause an intent came from (to the
+intents of that clause only).
+
+Tie rule (the order of ``Prioritization.intents``), applied key by key until one differs:
+
+1. higher score first;
+2. then higher base weight (an emergency outranks a plan that modifiers lifted to the same score);
+3. then earlier position in the message (the user asked for it first);
+4. then intent name, alphabetically (so the order is total and deterministic).
+
+The first intent is the primary unless the top two conflict (different serving agents) and
+score closer than the clarification margin; then the user is asked which to start with.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+# Where one request ends and the next begins. Every break starts with one character of the
+# leading class, which lets the regex engine skip ordinary text in C; the (?<!X.) anchors make
+# only the first character of a run try a break, and possessive quantifiers consume the run
+# once, so the split stays linear even for 10,000 spaces, commas or dots in a row.
+_BREAK_START = r"[\s,.!?;\u2026]"
+_HARD_BREAK = r"(?<=[;\r\n])"
+# A sentence end is punctuation followed by whitespace or the end, so "3.5" and "$4.99" stay
+# whole; a few abbreviations ("e.g.", "Dr.") are not sentence ends either.
+_SENTENCE_END = (
+    r"(?<=[.!?\u2026])(?<![.!?\u2026].)"
+    r"(?<!\be\.g\.)(?<!\bi\.e\.)(?<!\bvs\.)(?<!\bmr\.)(?<!\bmrs\.)(?<!\bms\.)(?<!\bdr\.)"
+    r"[.!?\u2026]*+[\"')\]\u201d\u2019]*+(?=\s|$)"
+)
+# Joins that start a new request: ", and", "and also", "and then", "also", "but", "plus",
+# "then" between whitespace (a bare "and" joins things inside one request: "rent and food").
+_JOIN = (
+    r"(?<=[\s,])(?<![\s,].)"
+    r"(?:(?<=,)[\s,]*+and|\s*+,[\s,]*+and"
+    r"|[\s,]*+(?:and\s++also|and\s++then|also|but|plus|then))(?=\s)"
+)
+_CLAUSE_BREAK = re.compile(
+    rf"{_BREAK_START}(?:{_HARD_BREAK}|{_SENTENCE_END}|{_JOIN})", re.IGNORECASE | re.DOTALL
+)
+_LEADING_JUNK = ",;: \t"
+_TRAILING_JUNK = ".,;:!? \t\u2026"
+_TOKEN = re.compile(r"\w+")
+
+
+@dataclass(frozen=True, slots=True)
+class _Phrase:
+    """One distinct keyword/cue phrase: its matcher and whom a match counts for."""
+
+    pattern: re.Pattern[str]
+    intents: tuple[tuple[str, int], ...]  # (intent, rank of the phrase in its keyword list)
+    modifiers: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class _CompiledRules:
+    """The rules turned into matchers and lookup tables, built once per rules object."""
+
+    # A phrase can only match where its longest word occurs as a whole word, so each phrase is
+    # filed under that word and tried only on clauses that contain it.
+    by_word: Mapping[str, tuple[_Phrase, ...]]
+    words: frozenset[str]
+    wordless: tuple[_Phrase, ...]  # phrases with no word characters: always tried
+    phrases: Mapping[str, tuple[str, ...]]  # intent -> its normalized phrases, in rule order
+    intent_order: Mapping[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class IntentRules:
+    """Weights, keywords, modifiers and cues that drive detection and scoring (data, not code).
+
+    Treat the mappings as immutable: the phrase matchers are compiled once, at construction.
+    """
+
+    base_weights: Mapping[str, int]
+    keywords: Mapping[str, Sequence[str]]
+    modifiers: Mapping[str, int]
+    cues: Mapping[str, Sequence[str]]
+    intent_agents: Mapping[str, str]
+    default_intent: str = "general_inquiry"
+    default_weight: int = 20
+    score_cap: int = 100
+    _compiled: _CompiledRules = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_compiled", _compile(self))
+
+
+@dataclass(frozen=True, slots=True)
+class DetectedIntent:
+    """One intent found in a message, with the evidence and its priority score."""
+
+    intent: str
+    clause: str
+    position: int
+    matched: tuple[str, ...]
+    base_weight: int
+    modifiers: tuple[str, ...]
+    score: int
+
+
+@dataclass(frozen=True, slots=True)
+class Clarification:
+    """Conflicting top intents too close to call, and the question that lets the user pick."""
+
+    options: tuple[DetectedIntent, ...]
+    question: str
+
+
+@dataclass(frozen=True, slots=True)
+class Prioritization:
+    """Detected intents in priority order: the primary and secondaries, or a clarification."""
+
+    intents: tuple[DetectedIntent, ...]
+    primary: DetectedIntent | None
+    secondaries: tuple[DetectedIntent, ...]
+    clarification: Clarification | None
+
+
+def normalize(text: str) -> str:
+    """Lowercase ``text`` and collapse every run of whitespace to one space (trimmed)."""
+    return " ".join(text.lower().split())
+
+
+def split_clauses(message: str) -> list[str]:
+    """The requests in a message: split on sentence ends and on joins such as "and also",
+    "but", "then"; original wording kept, edge whitespace and punctuation stripped."""
+    clauses: list[str] = []
+    for piece in _CLAUSE_BREAK.split(message):
+        clause = piece.strip().rstrip(_TRAILING_JUNK).lstrip(_LEADING_JUNK).strip()
+        if clause:
+            clauses.append(clause)
+    return clauses
+
+
+def detect_intents(
+    message: str, rules: IntentRules, context_flags: Iterable[str] = ()
+) -> list[DetectedIntent]:
+    """Every intent whose keywords occur in ``message``, once each at its first clause, scored;
+    the default intent for the whole message when nothing matches."""
+    compiled = rules._compiled
+    flags = {flag for flag in context_flags if flag in rules.modifiers}
+    # intent -> (position, clause, phrase ranks, modifiers from cues)
+    found: dict[str, tuple[int, str, set[int], set[str]]] = {}
+    cues_anywhere: set[str] = set()
+    by_word, wordless = compiled.by_word, compiled.wordless
+    for position, clause in enumerate(split_clauses(message)):
+        lowered = clause.lower()
+        candidates = [
+            phrase
+            for word in compiled.words.intersection(_TOKEN.findall(lowered))
+            for phrase in by_word[word]
+        ]
+        clause_intents: dict[str, set[int]] = {}
+        clause_cues: set[str] = set()
+        for phrase in (*candidates, *wordless) if wordless else candidates:
+            if phrase.pattern.search(lowered) is not None:
+                for intent, rank in phrase.intents:
+                    clause_intents.setdefault(intent, set()).add(rank)
+                clause_cues.update(phrase.modifiers)
+        cues_anywhere |= clause_cues
+        for intent, ranks in clause_intents.items():
+            earlier = found.get(intent)
+            if earlier is None:
+                found[intent] = (position, clause, ranks, set(clause_cues))
+            else:
+                earlier[2].update(ranks)
+                earlier[3].update(clause_cues)
+
+    if not found:
+        return [_scored(rules, rules.default_intent, message.strip(), 0, (), cues_anywhere | flags)]
+    order = compiled.intent_order
+    detected: list[DetectedIntent] = []
+    for intent, (position, clause, ranks, cues) in sorted(
+        found.items(), key=lambda item: (item[1][0], order[item[0]])
+    ):
+        phrases = compiled.phrases[intent]
+        matched = tuple(phrases[rank] for rank in sorted(ranks))
+        detected.append(_scored(rules, intent, clause, position, matched, cues | flags))
+    return detected
+
+
+def priority_key(intent: DetectedIntent) -> tuple[int, int, int, str]:
+    """Sort key implementing the tie rule: score, base weight (both descending), position, name."""
+    return (-intent.score, -intent.base_weight, intent.position, intent.intent)
+
+
+def prioritize(
+    intents: Sequence[DetectedIntent], rules: IntentRules, clarification_margin: int
+) -> Prioritization:
+    """Order intents by the tie rule and pick the primary, or ask the user when the top two
+    conflict and score within ``clarification_margin`` of each other (0 never asks)."""
+    ordered = tuple(sorted(intents, key=priority_key))
+    if not ordered:
+        return Prioritization(intents=(), primary=None, secondaries=(), clarification=None)
+    top = ordered[0]
+    agents = rules.intent_agents
+    if (
+        clarification_margin > 0
+        and len(ordered) >= 2
+        and top.score - ordered[1].score < clarification_margin
+        and _conflict(agents, top, ordered[1])
+    ):
+        close = [
+            other
+            for other in ordered[1:]
+            if top.score - other.score < clarification_margin and _conflict(agents, top, other)
+        ]
+        options = (top, *close)
+        clarification = Clarification(options=options, question=_question(options))
+        return Prioritization(
+            intents=ordered, primary=None, secondaries=(), clarification=clarification
+        )
+    return Prioritization(intents=ordered, primary=top, secondaries=ordered[1:], clarification=None)
+
+
+def _conflict(agents: Mapping[str, str], one: DetectedIntent, other: DetectedIntent) -> bool:
+    """Two intents conflict when different agents serve them; an unserved intent never does."""
+    first, second = agents.get(one.intent), agents.get(other.intent)
+    return first is not None and second is not None and first != second
+
+
+def _question(options: Sequence[DetectedIntent]) -> str:
+    names = [option.intent.replace("_", " ") for option in options]
+    if len(names) == 2:
+        listed = f"{names[0]} or {names[1]}"
+    else:
+        listed = f"{', '.join(names[:-1])}, or {names[-1]}"
+    return f"Do you want to start with {listed}?"
+
+
+def _scored(
+    rules: IntentRules,
+    intent: str,
+    clause: str,
+    position: int,
+    matched: tuple[str, ...],
+    modifiers: set[str],
+) -> DetectedIntent:
+    """The seed's calculateIntentPriority: base (or default) weight + modifier points, capped."""
+    base = rules.base_weights.get(intent, rules.default_weight)
+    applied = tuple(sorted(modifiers))
+    points = sum(rules.modifiers[name] for name in applied)
+    return DetectedIntent(
+        intent=intent,
+        clause=clause,
+        position=position,
+        matched=matched,
+        base_weight=base,
+        modifiers=applied,
+        score=min(base + points, rules.score_cap),
+    )
+
+
+def _phrase_list(phrases: Sequence[str] | str) -> Sequence[str]:
+    # A bare string is a Sequence[str] too; treat it as one phrase, not as its letters.
+    return (phrases,) if isinstance(phrases, str) else phrases
+
+
+def _compile(rules: IntentRules) -> _CompiledRules:
+    """Matchers for every distinct keyword and cue phrase, filed under their longest word."""
+    owners: dict[str, tuple[list[tuple[str, int]], list[str]]] = {}
+    phrases: dict[str, tuple[str, ...]] = {}
+    for intent, listed in rules.keywords.items():
+        normalized: list[str] = []
+        for phrase in _phrase_list(listed):
+            text = normalize(phrase)
+            if text and text not in normalized:
+                owners.setdefault(text, ([], []))[0].append((intent, len(normalized)))
+                normalized.append(text)
+        phrases[intent] = tuple(normalized)
+    for modifier, listed in rules.cues.items():
+        if modifier not in rules.modifiers:
+            continue
+        for phrase in _phrase_list(listed):
+            text = normalize(phrase)
+            if text and modifier not in owners.setdefault(text, ([], []))[1]:
+                owners[text][1].append(modifier)
+
+    by_word: dict[str, list[_Phrase]] = {}
+    wordless: list[_Phrase] = []
+    for text in sorted(owners):
+        intents, modifiers = owners[text]
+        compiled = _Phrase(_phrase_pattern(text), tuple(intents), tuple(modifiers))
+        words = _TOKEN.findall(text)
+        if words:
+            by_word.setdefault(max(words, key=len), []).append(compiled)
+        else:
+            wordless.append(compiled)
+    return _CompiledRules(
+        by_word={word: tuple(listed) for word, listed in by_word.items()},
+        words=frozenset(by_word),
+        wordless=tuple(wordless),
+        phrases=phrases,
+        intent_order={intent: index for index, intent in enumerate(phrases)},
+    )
+
+
+def _phrase_pattern(text: str) -> re.Pattern[str]:
+    """A normalized phrase as a whole-word regex: any whitespace run between its words, and no
+    word character right before or after it.
+
+    The "not after a word character" test comes after the first word rather than before it, so
+    the pattern starts with a literal and the engine can search for it quickly.
+    """
+    first, *rest = (re.escape(word) for word in text.split(" "))
+    tail = "".join(rf"\s+{word}" for word in rest)
+    return re.compile(rf"{first}(?<!\w{first}){tail}(?!\w)")

@@ -1,0 +1,194 @@
+"""Coordination rows in and out of PostgreSQL."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+import asyncpg
+
+from app.coordination.schemas import Decision, IntentModifier, IntentType, RoutingAgent
+from app.db.pool import Connection
+from app.db.queries import QUERIES
+
+Q = QUERIES.coordination
+
+
+async def intent_rule_data(conn: Connection) -> dict[str, Any]:
+    """Weights, keywords, modifier points and cues, as plain mappings."""
+    row = await conn.fetchrow(Q.intent_rules)
+    if row is None:  # a SELECT without FROM always returns one row
+        raise RuntimeError("intent_rules returned no row")
+    return dict(row)
+
+
+async def routing_agents(conn: Connection) -> list[RoutingAgent]:
+    """Every agent with its routing settings."""
+    return [
+        RoutingAgent(
+            name=row["name"],
+            roles=list(row["roles"]),
+            url=row["url"],
+            timeout_ms=row["timeout_ms"],
+            retry_attempts=row["retry_attempts"],
+            fallback_strategy=row["fallback_strategy"],
+            intents=list(row["intents"]),
+            skills=row["skills"],
+            enabled=row["enabled"],
+            fail_max=row["fail_max"],
+            reset_timeout_ms=row["reset_timeout_ms"],
+        )
+        for row in await conn.fetch(Q.routing_agents)
+    ]
+
+
+async def list_intent_types(conn: Connection) -> list[IntentType]:
+    """Intent types with their keywords, heaviest first."""
+    return [
+        IntentType(
+            name=row["name"],
+            base_weight=row["base_weight"],
+            description=row["description"],
+            keywords=list(row["keywords"]),
+            updated_at=row["updated_at"],
+        )
+        for row in await conn.fetch(Q.list_intent_types)
+    ]
+
+
+async def put_intent_type(
+    conn: Connection,
+    name: str,
+    base_weight: int,
+    description: str,
+    keywords: list[str],
+    now: datetime,
+) -> None:
+    """Create or change an intent type and replace its keywords."""
+    await conn.execute(Q.upsert_intent_type, name, base_weight, description, now)
+    await conn.execute(Q.delete_intent_keywords, name)
+    await conn.execute(Q.insert_intent_keywords, name, keywords)
+
+
+async def list_intent_modifiers(conn: Connection) -> list[IntentModifier]:
+    """Context modifiers with their cues."""
+    return [
+        IntentModifier(
+            name=row["name"],
+            points=row["points"],
+            description=row["description"],
+            cues=list(row["cues"]),
+        )
+        for row in await conn.fetch(Q.list_intent_modifiers)
+    ]
+
+
+async def put_intent_modifier(
+    conn: Connection, name: str, points: int, description: str, cues: list[str]
+) -> bool:
+    """Change a modifier and replace its cues; False if there is no such modifier."""
+    if await conn.fetchval(Q.update_intent_modifier, name, points, description) is None:
+        return False
+    await conn.execute(Q.delete_modifier_cues, name)
+    await conn.execute(Q.insert_modifier_cues, name, cues)
+    return True
+
+
+async def fallback_template(conn: Connection, strategy: str) -> dict[str, Any] | None:
+    """A fallback strategy's stored template."""
+    template: dict[str, Any] | None = await conn.fetchval(Q.fallback_template, strategy)
+    return template
+
+
+async def educational_content(conn: Connection) -> list[asyncpg.Record]:
+    """Every stored lesson (topic, title, keywords, body)."""
+    return list(await conn.fetch(Q.educational_content))
+
+
+async def user_profile_contents(
+    conn: Connection, user_id: UUID, now: datetime
+) -> list[tuple[str | None, Any]]:
+    """(key, content) of a user's live profile memories, newest first."""
+    rows = await conn.fetch(Q.user_profile_contents, user_id, now)
+    return [(row["key"], row["content"]) for row in rows]
+
+
+async def list_breakers(conn: Connection) -> list[asyncpg.Record]:
+    """Every published breaker state."""
+    return list(await conn.fetch(Q.list_breakers))
+
+
+async def save_breaker(
+    conn: Connection,
+    agent_name: str,
+    state: str,
+    failure_count: int,
+    opened_at: datetime | None,
+    replica: str,
+    now: datetime,
+) -> int:
+    """Store and NOTIFY a breaker's state; returns the new version."""
+    row = await conn.fetchrow(
+        Q.save_breaker, agent_name, state, failure_count, opened_at, replica, now
+    )
+    return 0 if row is None else int(row["version"])
+
+
+async def insert_decision(conn: Connection, values: dict[str, Any]) -> UUID:
+    """Store one decision; returns its id."""
+    decision_id: UUID = await conn.fetchval(
+        Q.insert_decision,
+        values["session_id"],
+        values["session_version"],
+        values["message"],
+        values["context_flags"],
+        values["classifier"],
+        values["intents"],
+        values["primary_intent"],
+        values["chosen_agent"],
+        values["routed_by"],
+        values["breaker_state"],
+        values["outcome"],
+        values["fallback"],
+        values["degraded"],
+        values["attempts"],
+        values["error"],
+        values["response"],
+        values["execution_time_ms"],
+        values["created_by"],
+        values["created_at"],
+    )
+    return decision_id
+
+
+async def list_decisions(
+    conn: Connection, session_id: UUID, before: tuple[datetime, UUID], limit: int
+) -> list[Decision]:
+    """A page of a session's decisions, newest first."""
+    rows = await conn.fetch(Q.list_decisions, session_id, before[0], before[1], limit)
+    return [
+        Decision(
+            decision_id=row["decision_id"],
+            session_id=row["session_id"],
+            session_version=row["session_version"],
+            message=row["message"],
+            context_flags=list(row["context_flags"]),
+            classifier=row["classifier"],
+            intents=row["intents"],
+            primary_intent=row["primary_intent"],
+            chosen_agent=row["chosen_agent"],
+            routed_by=row["routed_by"],
+            breaker_state=row["breaker_state"],
+            outcome=row["outcome"],
+            fallback=row["fallback"],
+            degraded=row["degraded"],
+            attempts=row["attempts"],
+            error=row["error"],
+            response=row["response"],
+            execution_time_ms=row["execution_time_ms"],
+            created_by=row["created_by"],
+            created_at=row["created_at"],
+        )
+        for row in rows
+    ]

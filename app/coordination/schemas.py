@@ -1,0 +1,257 @@
+"""Coordination shapes: the message API, the seed's AgentCommunicationProtocol, decisions."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Annotated, Any, Literal
+from uuid import UUID
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+
+ContextFlag = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_]{0,63}$")]
+Phrase = Annotated[str, StringConstraints(min_length=1, max_length=100)]
+MessageText = Annotated[str, StringConstraints(min_length=1, max_length=10_000)]
+Identifier = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_]{0,49}$")]
+
+
+class AnalyzeRequest(BaseModel):
+    """Analyse a message without changing anything."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    message: MessageText
+    session_id: UUID | None = None
+    context_flags: list[ContextFlag] = Field(default_factory=list, max_length=20)
+
+
+class MessageRequest(BaseModel):
+    """A user's message to a session."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    text: MessageText
+    context_flags: list[ContextFlag] = Field(default_factory=list, max_length=20)
+
+
+class IntentTypeWrite(BaseModel):
+    """Create or change an intent type and its keyword rules (admin)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    base_weight: int = Field(ge=0, le=100)
+    description: Annotated[str, StringConstraints(max_length=500)] = ""
+    keywords: list[Phrase] = Field(default_factory=list, max_length=500)
+
+
+class ModifierWrite(BaseModel):
+    """Change a context modifier's points and text cues (admin)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    points: int = Field(ge=0, le=100)
+    description: Annotated[str, StringConstraints(max_length=500)] = ""
+    cues: list[Phrase] = Field(default_factory=list, max_length=500)
+
+
+class BreakerCommand(BaseModel):
+    """Manual isolation of an agent (admin)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    state: Literal["open", "closed"]
+
+
+# -- the seed's AgentCommunicationProtocol ----------------------------------------------
+
+
+class MemoryUpdate(BaseModel):
+    """A memory an agent asks Switchboard to store (same rules as POST /v1/memories)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    memory_type: Identifier
+    content: Any
+    category: Identifier | None = None
+    key: Annotated[str, StringConstraints(min_length=1, max_length=200)] | None = None
+    access_level: Identifier | None = None
+    # Session-level unless the agent says the fact belongs to the user.
+    scope: Literal["session", "user"] = "session"
+
+
+class ErrorDetails(BaseModel):
+    """Why an agent could not do the job."""
+
+    model_config = ConfigDict(extra="allow")
+
+    code: str | None = None
+    message: str | None = None
+    retryable: bool = False
+
+
+class AgentResponse(BaseModel):
+    """What an agent answers (the seed's response_format)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    agent_name: str | None = None
+    request_id: str | None = None
+    success: bool
+    output_data: Any = None
+    memory_updates: list[MemoryUpdate] = Field(default_factory=list, max_length=100)
+    next_agent_suggestions: list[str] = Field(default_factory=list, max_length=20)
+    error_details: ErrorDetails | None = None
+    execution_time_ms: int | None = Field(default=None, ge=0)
+
+
+# -- results ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class IntentView:
+    """One detected intent as the API shows it."""
+
+    intent: str
+    clause: str
+    position: int
+    matched: list[str]
+    base_weight: int
+    modifiers: list[str]
+    score: int
+    agent: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class ClarificationView:
+    """The question asked instead of guessing between close, conflicting intents."""
+
+    question: str
+    options: list[str]
+
+
+@dataclass(frozen=True, slots=True)
+class Analysis:
+    """Detected intents, the modifiers applied and the routing decision."""
+
+    classifier: str
+    context_flags: list[str]
+    intents: list[IntentView]
+    primary: IntentView | None
+    secondaries: list[IntentView]
+    clarification: ClarificationView | None
+    agent: str | None
+    routed_by: str | None
+    breaker_state: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryUpdateOutcome:
+    """What happened to the memory updates an agent returned."""
+
+    applied: int = 0
+    rejected: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class MessageResult:
+    """The coordinator's answer to one message."""
+
+    decision_id: UUID
+    session_id: UUID
+    session_version: int
+    response: str
+    agent: str | None
+    degraded: bool
+    fallback: str | None
+    intents: list[IntentView]
+    clarification: ClarificationView | None
+    pending_actions: list[dict[str, Any]]
+    progress_percentage: int
+    output_data: Any
+    next_agent_suggestions: list[str]
+    memory_updates: MemoryUpdateOutcome
+    execution_time_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """One stored coordination decision."""
+
+    decision_id: UUID
+    session_id: UUID
+    session_version: int | None
+    message: str
+    context_flags: list[str]
+    classifier: str
+    intents: Any
+    primary_intent: str | None
+    chosen_agent: str | None
+    routed_by: str | None
+    breaker_state: str | None
+    outcome: str
+    fallback: str | None
+    degraded: bool
+    attempts: int
+    error: str | None
+    response: Any
+    execution_time_ms: int
+    created_by: str
+    created_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class DecisionPage:
+    """One page of a session's decisions, newest first."""
+
+    items: list[Decision]
+    next_cursor: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class IntentType:
+    """An intent type, its weight and its keyword rules."""
+
+    name: str
+    base_weight: int
+    description: str
+    keywords: list[str]
+    updated_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class IntentModifier:
+    """A context modifier, its points and its text cues."""
+
+    name: str
+    points: int
+    description: str
+    cues: list[str]
+
+
+@dataclass(frozen=True, slots=True)
+class BreakerView:
+    """An agent's circuit breaker as this replica sees it."""
+
+    agent: str
+    state: str
+    failure_count: int
+    opened_at: datetime | None
+    fail_max: int
+    reset_timeout_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class RoutingAgent:
+    """What routing and dispatch need to know about an agent."""
+
+    name: str
+    roles: list[str]
+    url: str | None
+    timeout_ms: int
+    retry_attempts: int
+    fallback_strategy: str | None
+    intents: list[str]
+    skills: list[dict[str, Any]]
+    enabled: bool
+    fail_max: int
+    reset_timeout_ms: int

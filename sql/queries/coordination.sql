@@ -1,0 +1,112 @@
+-- Coordination: intent rules, fallback content, breakers, decisions.
+
+-- name: intent_rules
+-- Everything the intent engine needs, in one round trip.
+SELECT
+    (SELECT coalesce(jsonb_object_agg(name, base_weight), '{}') FROM intent_types) AS weights,
+    (SELECT coalesce(jsonb_object_agg(intent, phrases), '{}') FROM (
+        SELECT intent, jsonb_agg(phrase ORDER BY phrase) AS phrases
+        FROM intent_keywords GROUP BY intent) k) AS keywords,
+    (SELECT coalesce(jsonb_object_agg(name, points), '{}') FROM intent_modifiers) AS modifiers,
+    (SELECT coalesce(jsonb_object_agg(modifier, phrases), '{}') FROM (
+        SELECT modifier, jsonb_agg(phrase ORDER BY phrase) AS phrases
+        FROM intent_modifier_cues GROUP BY modifier) c) AS cues
+
+-- name: routing_agents
+-- Agents that may be routed to, with what routing needs.
+SELECT name, roles, url, timeout_ms, retry_attempts, fallback_strategy, intents, skills,
+       enabled, fail_max, reset_timeout_ms
+FROM agents
+ORDER BY name
+
+-- name: list_intent_types
+SELECT t.name, t.base_weight, t.description, t.updated_at,
+       coalesce(array_agg(k.phrase ORDER BY k.phrase) FILTER (WHERE k.phrase IS NOT NULL), '{}')
+           AS keywords
+FROM intent_types t
+LEFT JOIN intent_keywords k ON k.intent = t.name
+GROUP BY t.name
+ORDER BY t.base_weight DESC, t.name
+
+-- name: upsert_intent_type
+INSERT INTO intent_types (name, base_weight, description, updated_at)
+VALUES ($1, $2, $3, $4)
+ON CONFLICT (name) DO UPDATE
+SET base_weight = excluded.base_weight, description = excluded.description,
+    updated_at = excluded.updated_at
+
+-- name: delete_intent_keywords
+DELETE FROM intent_keywords WHERE intent = $1
+
+-- name: insert_intent_keywords
+INSERT INTO intent_keywords (intent, phrase)
+SELECT $1, unnest($2::text[])
+
+-- name: list_intent_modifiers
+SELECT m.name, m.points, m.description,
+       coalesce(array_agg(c.phrase ORDER BY c.phrase) FILTER (WHERE c.phrase IS NOT NULL), '{}')
+           AS cues
+FROM intent_modifiers m
+LEFT JOIN intent_modifier_cues c ON c.modifier = m.name
+GROUP BY m.name
+ORDER BY m.points DESC, m.name
+
+-- name: update_intent_modifier
+UPDATE intent_modifiers SET points = $2, description = $3 WHERE name = $1 RETURNING name
+
+-- name: delete_modifier_cues
+DELETE FROM intent_modifier_cues WHERE modifier = $1
+
+-- name: insert_modifier_cues
+INSERT INTO intent_modifier_cues (modifier, phrase)
+SELECT $1, unnest($2::text[])
+
+-- name: fallback_template
+SELECT template FROM fallback_strategies WHERE name = $1
+
+-- name: educational_content
+SELECT topic, title, keywords, body FROM educational_content ORDER BY topic
+
+-- name: user_profile_contents
+-- Live profile memories of a user (internal read for the budget template fallback).
+SELECT key, content FROM memories
+WHERE user_id = $1 AND category = 'user_profile'
+  AND (expires_at IS NULL OR expires_at > $2)
+ORDER BY updated_at DESC
+LIMIT 50
+
+-- name: list_breakers
+SELECT agent_name, state, failure_count, opened_at, version, updated_by, updated_at
+FROM agent_breakers
+
+-- name: save_breaker
+-- Publish a breaker's new state to the other replicas: stored and NOTIFYed together.
+WITH saved AS (
+    INSERT INTO agent_breakers (agent_name, state, failure_count, opened_at, updated_by, updated_at)
+    VALUES ($1, $2, $3, $4, $5, $6)
+    ON CONFLICT (agent_name) DO UPDATE
+    SET state = excluded.state, failure_count = excluded.failure_count,
+        opened_at = excluded.opened_at, updated_by = excluded.updated_by,
+        updated_at = excluded.updated_at, version = agent_breakers.version + 1
+    RETURNING agent_name, state, failure_count, opened_at, version, updated_by
+)
+SELECT pg_notify('switchboard_breakers', json_build_object(
+           'agent_name', agent_name, 'state', state, 'failure_count', failure_count,
+           'opened_at', opened_at, 'version', version, 'updated_by', updated_by)::text),
+       version
+FROM saved
+
+-- name: insert_decision
+INSERT INTO coordination_decisions (
+    session_id, session_version, message, context_flags, classifier, intents, primary_intent,
+    chosen_agent, routed_by, breaker_state, outcome, fallback, degraded, attempts, error,
+    response, execution_time_ms, created_by, created_at
+)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)
+RETURNING decision_id
+
+-- name: list_decisions
+SELECT * FROM coordination_decisions
+WHERE session_id = $1 AND (created_at, decision_id) < ($2, $3)
+ORDER BY created_at DESC, decision_id DESC
+LIMIT $4
