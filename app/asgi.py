@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import secrets
+import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -30,6 +33,14 @@ from app.coordination.service import CoordinationService
 from app.db.pool import Database
 from app.errors import EXCEPTION_HANDLERS, UnsupportedMediaType
 from app.health.controller import HealthController
+from app.maintenance.controller import (
+    EventController,
+    JobController,
+    RestoreController,
+    SubscriptionController,
+)
+from app.maintenance.events import EventService
+from app.maintenance.service import MaintenanceService
 from app.memories.controller import (
     AccessLevelController,
     AuditController,
@@ -45,6 +56,7 @@ from app.sessions.service import SessionService
 from app.settings import Settings
 from app.users.controller import UserController
 from app.users.service import UserService
+from scheduler.runner import Scheduler
 
 __version__ = "0.1.0"
 
@@ -72,22 +84,35 @@ async def require_json_body(request: Request[Any, Any, Any]) -> None:
         )
 
 
+def replica_name() -> str:
+    """A name for this process in claims and breaker records: host, pid and a random tag."""
+    return f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
+
+
 def create_app(
     settings: Settings,
     *,
     database_url: str,
     admin_key: str,
     clock: Clock | None = None,
+    run_scheduler: bool | None = None,
 ) -> Litestar:
-    """Build the application. Resolving the URL and admin key is the caller's job."""
+    """Build the application. Resolving the URL and admin key is the caller's job.
+
+    The maintenance scheduler runs in-process when ``run_scheduler`` (default: the
+    ``SWITCHBOARD_SCHEDULER_ENABLED`` setting) is true."""
     clock = clock or SystemClock()
+    replica = replica_name()
     database = Database(database_url, settings.database)
     agent_service = AgentService(database, clock, admin_key)
     user_service = UserService(database, clock)
     session_service = SessionService(database, clock, settings.sessions)
     memory_service = MemoryService(database, clock, settings.memories)
     breakers = BreakerRegistry(
-        database, clock, sync_interval=settings.coordination.breaker_sync_seconds
+        database,
+        clock,
+        sync_interval=settings.coordination.breaker_sync_seconds,
+        replica_id=replica,
     )
     # One HTTP client for every agent call: connection reuse, no per-call set-up. Deadlines
     # are enforced per call (timeout_ms) by the dispatcher, not by httpx.
@@ -101,15 +126,28 @@ def create_app(
         breakers,
         AgentClient(http),
     )
+    maintenance = MaintenanceService(
+        database, clock, settings.scheduler, settings.sessions, replica_id=replica
+    )
+    events = EventService(database, clock, settings.scheduler, http)
+    scheduler = (
+        Scheduler(maintenance, events)
+        if (settings.scheduler.enabled if run_scheduler is None else run_scheduler)
+        else None
+    )
 
     @asynccontextmanager
     async def lifespan(_: Litestar) -> AsyncIterator[None]:
         await database.open()
         try:
             await breakers.start()
+            if scheduler is not None:
+                scheduler.start()
             try:
                 yield
             finally:
+                if scheduler is not None:
+                    scheduler.shutdown()
                 await breakers.stop()
                 await http.aclose()
         finally:
@@ -137,6 +175,10 @@ def create_app(
             SessionMessageController,
             BreakerController,
             AgentCardController,
+            JobController,
+            RestoreController,
+            SubscriptionController,
+            EventController,
         ],
         dependencies={
             "database": provide(database),
@@ -145,6 +187,8 @@ def create_app(
             "session_service": provide(session_service),
             "memory_service": provide(memory_service),
             "coordinator": provide(coordinator),
+            "maintenance": provide(maintenance),
+            "events": provide(events),
         },
         middleware=[DefineMiddleware(ApiKeyAuthMiddleware, exclude=PUBLIC_PATHS)],
         before_request=require_json_body,

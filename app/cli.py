@@ -20,7 +20,12 @@ def _serve(settings: Settings, args: argparse.Namespace) -> int:
     url = runtime.database_url(settings)
     if not args.no_migrate:
         upgrade(url)
-    app = create_app(settings, database_url=url, admin_key=runtime.admin_key(settings))
+    app = create_app(
+        settings,
+        database_url=url,
+        admin_key=runtime.admin_key(settings),
+        run_scheduler=settings.scheduler.enabled and not args.no_scheduler,
+    )
     host = args.host or settings.server.host
     port = args.port or settings.server.port
     print(f"Switchboard listening on http://{host}:{port}  (OpenAPI: /schema)", flush=True)
@@ -32,6 +37,13 @@ def _serve(settings: Settings, args: argparse.Namespace) -> int:
         proxy_headers=False,
         server_header=False,
     )
+    return 0
+
+
+def _scheduler(settings: Settings, _: argparse.Namespace) -> int:
+    from scheduler.__main__ import run
+
+    asyncio.run(run(settings))
     return 0
 
 
@@ -110,7 +122,13 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", help="listen address (default SWITCHBOARD_HOST or 127.0.0.1)")
     serve.add_argument("--port", type=int, help="listen port (default SWITCHBOARD_PORT or 8080)")
     serve.add_argument("--no-migrate", action="store_true", help="do not apply migrations")
+    serve.add_argument(
+        "--no-scheduler", action="store_true", help="API only: run the jobs elsewhere"
+    )
     serve.set_defaults(handler=_serve)
+
+    sched = commands.add_parser("scheduler", help="run the maintenance scheduler on its own")
+    sched.set_defaults(handler=_scheduler)
 
     migrate = commands.add_parser("migrate", help="apply (or revert) database migrations")
     migrate.add_argument("--down", action="store_true", help="downgrade instead of upgrade")

@@ -89,6 +89,36 @@ class CoordinationSettings(BaseSettings):
     breaker_sync_seconds: float = Field(default=5.0, gt=0)
 
 
+class SchedulerSettings(BaseSettings):
+    """Maintenance jobs: when they run and what they touch (defaults from the seed)."""
+
+    model_config = SettingsConfigDict(env_prefix="SWITCHBOARD_SCHEDULER_", extra="ignore")
+
+    # Run the jobs inside `switchboard serve` (false: run `python -m scheduler` separately).
+    enabled: bool = True
+    batch_size: PositiveInt = 5000
+    # A claim whose process stops renewing it is taken over after this long.
+    lease: timedelta = timedelta(minutes=5)
+    inactivity_interval: timedelta = timedelta(minutes=5)
+    inactivity_threshold: timedelta = timedelta(hours=2)
+    extension_interval: timedelta = timedelta(minutes=5)
+    extension_recent_activity: timedelta = timedelta(minutes=30)
+    extension_period: timedelta = timedelta(hours=4)
+    expiry_interval: timedelta = timedelta(hours=1)
+    archival_interval: timedelta = timedelta(days=1)
+    completed_retention: timedelta = timedelta(days=30)
+    retention_interval: timedelta = timedelta(hours=1)
+    memory_archive_retention: timedelta = timedelta(days=365)
+    warning_interval: timedelta = timedelta(minutes=5)
+    warning_window: timedelta = timedelta(minutes=15)
+    # How long an expired or archived session can still be restored.
+    recovery_window: timedelta = timedelta(days=7)
+    # Event delivery to subscribers.
+    delivery_interval: timedelta = timedelta(seconds=5)
+    delivery_max_attempts: PositiveInt = 8
+    delivery_timeout: timedelta = timedelta(seconds=10)
+
+
 class Settings(BaseSettings):
     """All settings; each group reads its own prefix."""
 
@@ -101,3 +131,4 @@ class Settings(BaseSettings):
     sessions: SessionSettings = Field(default_factory=SessionSettings)
     memories: MemorySettings = Field(default_factory=MemorySettings)
     coordination: CoordinationSettings = Field(default_factory=CoordinationSettings)
+    scheduler: SchedulerSettings = Field(default_factory=SchedulerSettings)

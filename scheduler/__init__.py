@@ -1,4 +1,2 @@
-"""Scheduled maintenance jobs (inactivity timeout, expiry, archival, retention).
-
-The jobs arrive with the scheduler capability; this package is their home.
-"""
+"""Scheduled maintenance: APScheduler triggers that run the maintenance jobs exactly once per
+slot across replicas, and the event delivery loop."""

@@ -28,6 +28,9 @@ class AgentServer:
     # With behaviour "close" or "fail": answer normally from this request number on.
     heal_after: int | None = None
     requests: list[dict[str, Any]] = field(default_factory=list)
+    # Raw bodies and lower-cased headers of every request, for signature checks.
+    bodies: list[bytes] = field(default_factory=list)
+    headers: list[dict[str, str]] = field(default_factory=list)
     _server: asyncio.Server | None = None
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)
     _stopping: asyncio.Event = field(default_factory=asyncio.Event)
@@ -75,12 +78,15 @@ class AgentServer:
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         while True:
             head = await reader.readuntil(b"\r\n\r\n")
-            length = 0
+            headers = {}
             for line in head.decode("latin-1").split("\r\n")[1:]:
                 name, _, value = line.partition(":")
-                if name.strip().lower() == "content-length":
-                    length = int(value.strip())
+                if name.strip():
+                    headers[name.strip().lower()] = value.strip()
+            length = int(headers.get("content-length", "0"))
             body = await reader.readexactly(length) if length else b""
+            self.headers.append(headers)
+            self.bodies.append(body)
             self.requests.append(orjson.loads(body) if body else {})
             if self.heal_after is not None and len(self.requests) > self.heal_after:
                 self.behaviour = "ok"

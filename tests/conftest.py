@@ -71,7 +71,9 @@ def frozen_clock() -> FrozenClock:
 @pytest.fixture
 def app(settings: Settings, database_url: str, clock: Clock) -> Litestar:
     """The application wired to this test's database."""
-    return create_app(settings, database_url=database_url, admin_key=ADMIN_KEY, clock=clock)
+    return create_app(
+        settings, database_url=database_url, admin_key=ADMIN_KEY, clock=clock, run_scheduler=False
+    )
 
 
 def app_client(app: Litestar, headers: dict[str, str] | None = None) -> httpx.AsyncClient:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import uuid
 from datetime import datetime
 from typing import Any
 
@@ -34,11 +33,13 @@ _DEFAULT_SETTINGS = (5, 30.0)
 class BreakerRegistry:
     """The breakers of this replica, kept in step with the other replicas."""
 
-    def __init__(self, database: Database, clock: Clock, *, sync_interval: float = 5.0) -> None:
+    def __init__(
+        self, database: Database, clock: Clock, *, sync_interval: float, replica_id: str
+    ) -> None:
         self._db = database
         self._clock = clock
         self._sync_interval = sync_interval
-        self.replica_id = f"replica-{uuid.uuid4().hex[:12]}"
+        self.replica_id = replica_id
         self._breakers: dict[str, AsyncCircuitBreaker] = {}
         self._settings: dict[str, tuple[int, float]] = {}
         self._versions: dict[str, int] = {}

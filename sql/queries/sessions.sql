@@ -53,6 +53,10 @@ SET last_activity_at = $2,
         WHEN session_state ->> 'active_process' IS NOT NULL
             THEN greatest(expires_at, $2::timestamptz + $3::interval)
         ELSE expires_at
+    END,
+    expiry_warned_at = CASE
+        WHEN session_state ->> 'active_process' IS NOT NULL THEN NULL
+        ELSE expiry_warned_at
     END
 WHERE session_id = $1 AND status NOT IN ('completed', 'expired')
 RETURNING *

@@ -410,7 +410,9 @@ async def test_breaker_state_reaches_a_second_instance(
     client: httpx.AsyncClient, settings: Settings, database_url: str, agent: AgentServer
 ) -> None:
     await configure(client, "Educate_Customer_Agent", url=agent.url, fail_max=1, retry_attempts=0)
-    second_app = create_app(settings, database_url=database_url, admin_key=ADMIN_KEY)
+    second_app = create_app(
+        settings, database_url=database_url, admin_key=ADMIN_KEY, run_scheduler=False
+    )
     async with (
         lifespan_of(second_app),
         app_client(second_app, {"Authorization": f"Bearer {ADMIN_KEY}"}) as second,

@@ -27,7 +27,7 @@ async def test_ready_is_503_problem_when_database_is_unreachable(
 ) -> None:
     missing = dbutil.with_database(server_url, "sbtest_does_not_exist")
     settings.database.pool_min_size = 0
-    app = create_app(settings, database_url=missing, admin_key=ADMIN_KEY)
+    app = create_app(settings, database_url=missing, admin_key=ADMIN_KEY, run_scheduler=False)
     async with lifespan_of(app), app_client(app) as client:
         response = await client.get("/ready")
     assert response.status_code == 503

@@ -1,0 +1,236 @@
+"""The event outbox: subscriptions, signed delivery with retries, listing and redelivery.
+
+Events are written in the same transaction as the change they describe (see the job
+statements in maintenance.sql). Delivery is at-least-once: a delivery is claimed with
+SKIP LOCKED (so two replicas never post the same one at the same time), posted with an
+HMAC-SHA256 signature over ``<timestamp>.<body>``, and retried with exponential backoff
+and jitter until it succeeds or runs out of attempts (then it is ``dead``). Receivers
+de-duplicate by ``X-Switchboard-Event-Id``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import logging
+import random
+import secrets
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Annotated, Any, Literal
+from uuid import UUID
+
+import httpx
+import orjson
+from pydantic import AnyHttpUrl, BaseModel, ConfigDict, Field, StringConstraints
+
+from app.clock import Clock
+from app.common.pagination import decode_time_id_cursor, encode_cursor
+from app.db.pool import Database
+from app.db.queries import QUERIES
+from app.errors import NotFound
+from app.settings import SchedulerSettings
+
+logger = logging.getLogger("switchboard.events")
+Q = QUERIES.maintenance
+_END_OF_TIME = (datetime(9999, 12, 31, tzinfo=UTC), UUID(int=(1 << 128) - 1))
+
+EVENT_TYPES = (
+    "session.expiring",
+    "session.expired",
+    "session.archived",
+    "session.restored",
+    "memory.purged",
+)
+EventType = Literal[
+    "session.expiring", "session.expired", "session.archived", "session.restored", "memory.purged"
+]
+SIGNATURE_HEADER = "X-Switchboard-Signature"
+TIMESTAMP_HEADER = "X-Switchboard-Timestamp"
+
+
+def sign(secret: str, timestamp: int, body: bytes) -> str:
+    """``v1=<hex HMAC-SHA256(secret, "<timestamp>.<body>")>``."""
+    digest = hmac.new(secret.encode(), f"{timestamp}.".encode() + body, hashlib.sha256)
+    return "v1=" + digest.hexdigest()
+
+
+class SubscriptionCreate(BaseModel):
+    """Subscribe a URL to event types."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    url: AnyHttpUrl
+    event_types: list[EventType] = Field(min_length=1, max_length=len(EVENT_TYPES))
+    # Generated (and shown once) when not given.
+    secret: Annotated[str, StringConstraints(min_length=16, max_length=200)] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Subscription:
+    """A subscriber (never its secret)."""
+
+    subscription_id: UUID
+    url: str
+    event_types: list[str]
+    created_at: datetime
+    disabled_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class SubscriptionWithSecret:
+    """A new subscriber and the secret its signatures use, shown once."""
+
+    subscription: Subscription
+    secret: str
+
+
+@dataclass(frozen=True, slots=True)
+class EventDelivery:
+    """An event and the state of its delivery to one subscriber."""
+
+    event_id: UUID
+    event_type: str
+    payload: dict[str, Any]
+    created_at: datetime
+    subscription_id: UUID
+    status: str
+    attempts: int
+    last_error: str | None
+    delivered_at: datetime | None
+    next_attempt_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class EventDeliveryPage:
+    """A page of deliveries, newest event first."""
+
+    items: list[EventDelivery]
+    next_cursor: str | None
+
+
+def _subscription(row: Any) -> Subscription:
+    return Subscription(
+        subscription_id=row["subscription_id"],
+        url=row["url"],
+        event_types=list(row["event_types"]),
+        created_at=row["created_at"],
+        disabled_at=row["disabled_at"],
+    )
+
+
+class EventService:
+    """Subscriptions and delivery of outbox events."""
+
+    def __init__(
+        self, database: Database, clock: Clock, settings: SchedulerSettings, http: httpx.AsyncClient
+    ) -> None:
+        self._db = database
+        self._clock = clock
+        self._settings = settings
+        self._http = http
+
+    async def subscribe(self, data: SubscriptionCreate) -> SubscriptionWithSecret:
+        """Register a subscriber; the secret is returned this once."""
+        secret = data.secret or secrets.token_urlsafe(32)
+        async with self._db.transaction() as conn:
+            row = await conn.fetchrow(
+                Q.insert_subscription,
+                str(data.url),
+                sorted(set(data.event_types)),
+                secret,
+                self._clock.now(),
+            )
+        return SubscriptionWithSecret(subscription=_subscription(row), secret=secret)
+
+    async def subscriptions(self) -> list[Subscription]:
+        """Every subscriber."""
+        async with self._db.connection() as conn:
+            return [_subscription(row) for row in await conn.fetch(Q.list_subscriptions)]
+
+    async def unsubscribe(self, subscription_id: UUID) -> None:
+        """Remove a subscriber and its pending deliveries."""
+        async with self._db.transaction() as conn:
+            if await conn.fetchval(Q.delete_subscription, subscription_id) is None:
+                raise NotFound(f"No subscription {subscription_id}.")
+
+    async def deliveries(
+        self, status: str | None, limit: int, cursor: str | None
+    ) -> EventDeliveryPage:
+        """Events with their delivery state, newest first."""
+        before = decode_time_id_cursor(cursor) if cursor else _END_OF_TIME
+        async with self._db.connection() as conn:
+            rows = await conn.fetch(Q.list_deliveries, status, before[0], before[1], limit + 1)
+        items = [EventDelivery(**dict(row)) for row in rows]
+        next_cursor = None
+        if len(items) > limit:
+            items = items[:limit]
+            next_cursor = encode_cursor([items[-1].created_at.isoformat(), str(items[-1].event_id)])
+        return EventDeliveryPage(items=items, next_cursor=next_cursor)
+
+    async def redeliver(self, event_id: UUID) -> int:
+        """Send an event again to all its subscribers (resets attempts); how many."""
+        async with self._db.transaction() as conn:
+            rows = await conn.fetch(Q.redeliver_event, event_id, self._clock.now())
+        if not rows:
+            raise NotFound(f"No deliveries for event {event_id}.")
+        return len(rows)
+
+    async def deliver_due(self, limit: int = 100) -> int:
+        """Post every due delivery once; returns how many were attempted."""
+        now = self._clock.now()
+        in_flight_until = now + self._settings.delivery_timeout * 2
+        async with self._db.transaction() as conn:
+            due = await conn.fetch(Q.claim_due_deliveries, now, limit, in_flight_until)
+        for row in due:
+            await self._deliver(row)
+        return len(due)
+
+    async def _deliver(self, row: Any) -> None:
+        body = orjson.dumps(
+            {
+                "event_id": str(row["event_id"]),
+                "event_type": row["event_type"],
+                "created_at": row["created_at"].isoformat(),
+                "payload": row["payload"],
+            }
+        )
+        timestamp = int(self._clock.now().timestamp())
+        headers = {
+            "content-type": "application/json",
+            "X-Switchboard-Event": row["event_type"],
+            "X-Switchboard-Event-Id": str(row["event_id"]),
+            TIMESTAMP_HEADER: str(timestamp),
+            SIGNATURE_HEADER: sign(row["secret"], timestamp, body),
+        }
+        error: str | None = None
+        try:
+            reply = await self._http.post(
+                row["url"],
+                content=body,
+                headers=headers,
+                timeout=self._settings.delivery_timeout.total_seconds(),
+            )
+            if not 200 <= reply.status_code < 300:
+                error = f"HTTP {reply.status_code}"
+        except httpx.HTTPError as exc:
+            error = f"{type(exc).__name__}: {exc}"
+        now = self._clock.now()
+        async with self._db.transaction() as conn:
+            if error is None:
+                await conn.execute(Q.mark_delivered, row["event_id"], row["subscription_id"], now)
+                return
+            attempts = int(row["attempts"])
+            dead = attempts >= self._settings.delivery_max_attempts
+            backoff = min(timedelta(hours=1), timedelta(seconds=2**attempts))
+            jittered = backoff * random.uniform(0.5, 1.0)  # noqa: S311 - jitter, not secrecy
+            await conn.execute(
+                Q.mark_delivery_failed,
+                row["event_id"],
+                row["subscription_id"],
+                error,
+                now + jittered,
+                dead,
+            )
+            if dead:
+                logger.warning("event %s to %s is dead: %s", row["event_id"], row["url"], error)

@@ -1,0 +1,58 @@
+"""``python -m scheduler``: the maintenance scheduler as a process of its own (for
+deployments that run API replicas with ``switchboard serve --no-scheduler``)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+
+import httpx
+
+from app import runtime
+from app.asgi import replica_name
+from app.clock import SystemClock
+from app.db.pool import Database
+from app.maintenance.events import EventService
+from app.maintenance.service import MaintenanceService
+from app.settings import Settings
+from scheduler.runner import Scheduler
+
+
+async def run(settings: Settings) -> None:
+    """Run the jobs and the event delivery until SIGINT or SIGTERM."""
+    database = Database(runtime.database_url(settings), settings.database)
+    await database.open()
+    clock = SystemClock()
+    replica = replica_name()
+    async with httpx.AsyncClient() as http:
+        scheduler = Scheduler(
+            MaintenanceService(database, clock, settings.scheduler, settings.sessions, replica),
+            EventService(database, clock, settings.scheduler, http),
+        )
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError):
+                loop.add_signal_handler(sig, stop.set)
+        scheduler.start()
+        try:
+            await stop.wait()
+        finally:
+            scheduler.shutdown()
+            await database.close()
+
+
+def main() -> None:
+    """Entry point."""
+    settings = Settings()
+    logging.basicConfig(
+        level=settings.server.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    asyncio.run(run(settings))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,70 @@
+"""APScheduler wiring. Every replica schedules every job; the slot claim in ``job_runs``
+makes sure only one of them runs each slot (APScheduler 3 cannot share a job store between
+processes, so the exactly-once guarantee lives in PostgreSQL, not in APScheduler)."""
+
+from __future__ import annotations
+
+import logging
+
+from apscheduler.schedulers.asyncio import AsyncIOScheduler
+
+from app.maintenance.events import EventService
+from app.maintenance.service import JOBS, MaintenanceService
+
+logger = logging.getLogger("switchboard.scheduler")
+
+
+class Scheduler:
+    """Triggers jobs on their intervals and delivers events; calls services only."""
+
+    def __init__(self, maintenance: MaintenanceService, events: EventService) -> None:
+        self._maintenance = maintenance
+        self._events = events
+        self._scheduler = AsyncIOScheduler(timezone="UTC")
+
+    def start(self) -> None:
+        """Add the triggers and start (needs a running event loop)."""
+        settings = self._maintenance.settings
+        for name, job in JOBS.items():
+            self._scheduler.add_job(
+                self._run,
+                "interval",
+                seconds=job.interval(settings).total_seconds(),
+                args=[name],
+                id=name,
+                max_instances=1,
+                coalesce=True,
+                misfire_grace_time=None,
+            )
+        self._scheduler.add_job(
+            self._deliver,
+            "interval",
+            seconds=settings.delivery_interval.total_seconds(),
+            id="event_delivery",
+            max_instances=1,
+            coalesce=True,
+        )
+        self._scheduler.start()
+        logger.info(
+            "scheduler started (%s), replica %s", ", ".join(JOBS), self._maintenance.replica_id
+        )
+
+    def shutdown(self) -> None:
+        """Stop triggering (runs in progress finish on their own)."""
+        if self._scheduler.running:
+            self._scheduler.shutdown(wait=False)
+
+    async def _run(self, name: str) -> None:
+        try:
+            outcome = await self._maintenance.run_scheduled(name)
+        except Exception:
+            logger.exception("job %s could not run", name)
+            return
+        if outcome.claimed and outcome.run is not None:
+            logger.info("job %s: %s, %d rows", name, outcome.run.status, outcome.run.rows_affected)
+
+    async def _deliver(self) -> None:
+        try:
+            await self._events.deliver_due()
+        except Exception:
+            logger.exception("event delivery failed; will retry")

@@ -1,0 +1,396 @@
+-- Scheduled maintenance: claims, the six jobs (each a bounded batch), archive and outbox.
+-- Every batch statement locks its rows with FOR UPDATE SKIP LOCKED, so a sweep never waits
+-- for (or blocks) an API writer holding one of them; that row is simply taken next time.
+
+-- name: claim_run
+-- Claim a job's slot. A second claimer gets no row, unless the first claim is still
+-- 'running' past its lease (its process died): then the slot is taken over.
+INSERT INTO job_runs (job_name, slot_start, trigger, dry_run, status, claimed_by, started_at,
+                      lease_expires_at)
+VALUES ($1, $2, $3, $4, 'running', $5, $6, $7)
+ON CONFLICT (job_name, slot_start) DO UPDATE
+SET claimed_by = excluded.claimed_by,
+    started_at = excluded.started_at,
+    lease_expires_at = excluded.lease_expires_at,
+    attempts = job_runs.attempts + 1,
+    error = NULL
+WHERE job_runs.status = 'running' AND job_runs.lease_expires_at < excluded.started_at
+RETURNING run_id, attempts
+
+-- name: record_progress
+-- In the same transaction as a batch: what it did, and a longer lease.
+UPDATE job_runs
+SET rows_affected = rows_affected + $2,
+    details = $3,
+    lease_expires_at = $4
+WHERE run_id = $1 AND claimed_by = $5
+
+-- name: finish_run
+UPDATE job_runs
+SET status = $2, finished_at = $3, error = $4, details = $5
+WHERE run_id = $1 AND claimed_by = $6
+RETURNING *
+
+-- name: get_run
+SELECT * FROM job_runs WHERE run_id = $1
+
+-- name: list_runs
+SELECT * FROM job_runs
+WHERE job_name = $1 AND (started_at, run_id) < ($2, $3)
+ORDER BY started_at DESC, run_id DESC
+LIMIT $4
+
+-- name: last_runs
+SELECT DISTINCT ON (job_name) * FROM job_runs
+ORDER BY job_name, started_at DESC, run_id DESC
+
+-- name: idle_inactive_sessions
+-- Job 1: active sessions quiet for too long become idle (a running process is never idled).
+-- $1 idle threshold (inactive since before), $2 batch size.
+WITH picked AS (
+    SELECT session_id FROM session_coordination
+    WHERE status = 'active' AND last_activity_at < $1
+      AND NOT preserve AND session_state ->> 'active_process' IS NULL
+    ORDER BY last_activity_at
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE session_coordination s
+SET status = 'idle'
+FROM picked
+WHERE s.session_id = picked.session_id
+RETURNING s.session_id
+
+-- name: count_inactive_sessions
+SELECT count(*) FROM session_coordination
+WHERE status = 'active' AND last_activity_at < $1
+  AND NOT preserve AND session_state ->> 'active_process' IS NULL
+
+-- name: extend_active_processes
+-- Job 2: sessions whose process moved in the last window live on: expiry = now + extension,
+-- recorded as a version. Only sessions whose expiry is nearer than half the extension are
+-- touched, so a busy session gets a new version every couple of hours, not every run.
+-- $1 now, $2 updated since, $3 new expiry, $4 extend if expiring before, $5 batch size.
+WITH picked AS (
+    SELECT session_id FROM session_coordination
+    WHERE session_state ->> 'active_process' IS NOT NULL
+      AND updated_at > $2 AND expires_at < $4
+      AND status NOT IN ('completed', 'expired')
+    ORDER BY expires_at
+    LIMIT $5
+    FOR UPDATE SKIP LOCKED
+), extended AS (
+    UPDATE session_coordination s
+    SET expires_at = $3, version = s.version + 1, expiry_warned_at = NULL
+    FROM picked
+    WHERE s.session_id = picked.session_id
+    RETURNING s.*
+)
+INSERT INTO session_state_versions (
+    session_id, version, session_state, agent_sequence, coordination_metadata, current_agent,
+    progress_percentage, status, priority, changed_by, change_reason, created_at
+)
+SELECT session_id, version, session_state, agent_sequence, coordination_metadata, current_agent,
+       progress_percentage, status, priority, 'scheduler', 'expiry_extended', $1::timestamptz
+FROM extended
+RETURNING session_id
+
+-- name: count_extendable_sessions
+SELECT count(*) FROM session_coordination
+WHERE session_state ->> 'active_process' IS NOT NULL
+  AND updated_at > $1 AND expires_at < $2 AND status NOT IN ('completed', 'expired')
+
+-- name: warn_expiring_sessions
+-- Job 6: sessions that will expire within the warning window, told once.
+-- $1 now, $2 window end, $3 batch size.
+WITH picked AS (
+    SELECT session_id FROM session_coordination
+    WHERE expires_at > $1 AND expires_at <= $2 AND expiry_warned_at IS NULL
+      AND NOT preserve AND session_state ->> 'active_process' IS NULL
+      AND status NOT IN ('completed', 'expired')
+    ORDER BY expires_at
+    LIMIT $3
+    FOR UPDATE SKIP LOCKED
+), warned AS (
+    UPDATE session_coordination s
+    SET expiry_warned_at = $1
+    FROM picked
+    WHERE s.session_id = picked.session_id
+    RETURNING s.session_id, s.user_id, s.session_type, s.expires_at
+), events AS (
+    INSERT INTO outbox_events (event_type, payload, created_at)
+    SELECT 'session.expiring',
+           jsonb_build_object('session_id', session_id, 'user_id', user_id,
+                              'session_type', session_type, 'expires_at', expires_at),
+           $1::timestamptz
+    FROM warned
+    RETURNING event_id, event_type
+), deliveries AS (
+    INSERT INTO event_deliveries (event_id, subscription_id, next_attempt_at)
+    SELECT e.event_id, sub.subscription_id, $1::timestamptz
+    FROM events e JOIN subscriptions sub
+      ON sub.disabled_at IS NULL AND e.event_type = ANY (sub.event_types)
+)
+SELECT session_id FROM warned
+
+-- name: count_expiring_sessions
+SELECT count(*) FROM session_coordination
+WHERE expires_at > $1 AND expires_at <= $2 AND expiry_warned_at IS NULL
+  AND NOT preserve AND session_state ->> 'active_process' IS NULL
+  AND status NOT IN ('completed', 'expired')
+
+-- name: archive_expired_sessions
+-- Job 3: expired sessions with no running process (and not preserved) leave the live
+-- tables; the row and its history are kept in session_archive for the recovery window, and
+-- session.expired is emitted, all in this one statement.
+-- $1 now, $2 restorable until, $3 batch size.
+WITH picked AS (
+    SELECT session_id FROM session_coordination
+    WHERE expires_at < $1 AND NOT preserve AND session_state ->> 'active_process' IS NULL
+    ORDER BY expires_at
+    LIMIT $3
+    FOR UPDATE SKIP LOCKED
+), archived AS (
+    INSERT INTO session_archive (session_id, user_id, reason, session, versions, archived_at,
+                                 restorable_until)
+    SELECT s.session_id, s.user_id, 'expired', to_jsonb(s),
+           coalesce((SELECT jsonb_agg(to_jsonb(v) ORDER BY v.version)
+                     FROM session_state_versions v WHERE v.session_id = s.session_id), '[]'),
+           $1::timestamptz, $2::timestamptz
+    FROM session_coordination s JOIN picked USING (session_id)
+    ON CONFLICT (session_id) DO UPDATE
+    SET reason = excluded.reason, session = excluded.session, versions = excluded.versions,
+        archived_at = excluded.archived_at, restorable_until = excluded.restorable_until
+    RETURNING session_id, user_id, restorable_until
+), events AS (
+    INSERT INTO outbox_events (event_type, payload, created_at)
+    SELECT 'session.expired',
+           jsonb_build_object('session_id', session_id, 'user_id', user_id,
+                              'restorable_until', restorable_until),
+           $1::timestamptz
+    FROM archived
+    RETURNING event_id, event_type
+), deliveries AS (
+    INSERT INTO event_deliveries (event_id, subscription_id, next_attempt_at)
+    SELECT e.event_id, sub.subscription_id, $1::timestamptz
+    FROM events e JOIN subscriptions sub
+      ON sub.disabled_at IS NULL AND e.event_type = ANY (sub.event_types)
+)
+DELETE FROM session_coordination s
+USING archived
+WHERE s.session_id = archived.session_id
+RETURNING s.session_id
+
+-- name: count_expired_sessions
+SELECT count(*) FROM session_coordination
+WHERE expires_at < $1 AND NOT preserve AND session_state ->> 'active_process' IS NULL
+
+-- name: archive_completed_sessions
+-- Job 4: completed sessions older than the retention leave the live tables (with their
+-- history) in one transaction. $1 now, $2 completed before, $3 restorable until, $4 batch.
+WITH picked AS (
+    SELECT session_id FROM session_coordination
+    WHERE status = 'completed' AND coalesce(completed_at, created_at) < $2 AND NOT preserve
+    ORDER BY completed_at
+    LIMIT $4
+    FOR UPDATE SKIP LOCKED
+), archived AS (
+    INSERT INTO session_archive (session_id, user_id, reason, session, versions, archived_at,
+                                 restorable_until)
+    SELECT s.session_id, s.user_id, 'completed', to_jsonb(s),
+           coalesce((SELECT jsonb_agg(to_jsonb(v) ORDER BY v.version)
+                     FROM session_state_versions v WHERE v.session_id = s.session_id), '[]'),
+           $1::timestamptz, $3::timestamptz
+    FROM session_coordination s JOIN picked USING (session_id)
+    ON CONFLICT (session_id) DO UPDATE
+    SET reason = excluded.reason, session = excluded.session, versions = excluded.versions,
+        archived_at = excluded.archived_at, restorable_until = excluded.restorable_until
+    RETURNING session_id, user_id, restorable_until
+), events AS (
+    INSERT INTO outbox_events (event_type, payload, created_at)
+    SELECT 'session.archived',
+           jsonb_build_object('session_id', session_id, 'user_id', user_id,
+                              'restorable_until', restorable_until),
+           $1::timestamptz
+    FROM archived
+    RETURNING event_id, event_type
+), deliveries AS (
+    INSERT INTO event_deliveries (event_id, subscription_id, next_attempt_at)
+    SELECT e.event_id, sub.subscription_id, $1::timestamptz
+    FROM events e JOIN subscriptions sub
+      ON sub.disabled_at IS NULL AND e.event_type = ANY (sub.event_types)
+)
+DELETE FROM session_coordination s
+USING archived
+WHERE s.session_id = archived.session_id
+RETURNING s.session_id
+
+-- name: count_archivable_sessions
+SELECT count(*) FROM session_coordination
+WHERE status = 'completed' AND coalesce(completed_at, created_at) < $1 AND NOT preserve
+
+-- name: delete_expired_memories
+-- Job 5a: memories past their expiry go (interaction patterns are archived instead, 5b).
+WITH picked AS (
+    SELECT memory_id FROM memories
+    WHERE expires_at < $1 AND category <> 'interaction_patterns'
+    ORDER BY expires_at
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+)
+DELETE FROM memories m USING picked WHERE m.memory_id = picked.memory_id
+RETURNING m.memory_id
+
+-- name: count_expired_memories
+SELECT count(*) FROM memories WHERE expires_at < $1 AND category <> 'interaction_patterns'
+
+-- name: archive_interaction_patterns
+-- Job 5b: interaction patterns past their retention move to memory_archive.
+WITH picked AS (
+    SELECT memory_id FROM memories
+    WHERE expires_at < $1 AND category = 'interaction_patterns'
+    ORDER BY expires_at
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+), moved AS (
+    DELETE FROM memories m USING picked WHERE m.memory_id = picked.memory_id
+    RETURNING m.*
+)
+INSERT INTO memory_archive (memory_id, user_id, session_id, agent_name, memory_type, category,
+                            key, content, content_size, access_level, version, created_at,
+                            updated_at, expires_at, archived_at)
+SELECT memory_id, user_id, session_id, agent_name, memory_type, category, key, content,
+       content_size, access_level, version, created_at, updated_at, expires_at, $1::timestamptz
+FROM moved
+ON CONFLICT (memory_id) DO NOTHING
+RETURNING memory_id
+
+-- name: count_archivable_patterns
+SELECT count(*) FROM memories WHERE expires_at < $1 AND category = 'interaction_patterns'
+
+-- name: purge_memory_archive
+-- Job 5c: archived memories older than the archive retention are purged.
+WITH picked AS (
+    SELECT memory_id FROM memory_archive WHERE archived_at < $1
+    ORDER BY archived_at LIMIT $2 FOR UPDATE SKIP LOCKED
+)
+DELETE FROM memory_archive a USING picked WHERE a.memory_id = picked.memory_id
+RETURNING a.memory_id
+
+-- name: count_purgeable_memory_archive
+SELECT count(*) FROM memory_archive WHERE archived_at < $1
+
+-- name: purge_session_archive
+-- Archived sessions past their recovery window are gone for good. $1 now, $2 batch size.
+WITH picked AS (
+    SELECT session_id FROM session_archive WHERE restorable_until < $1
+    ORDER BY restorable_until LIMIT $2 FOR UPDATE SKIP LOCKED
+)
+DELETE FROM session_archive a USING picked WHERE a.session_id = picked.session_id
+RETURNING a.session_id
+
+-- name: count_purgeable_session_archive
+SELECT count(*) FROM session_archive WHERE restorable_until < $1
+
+-- name: emit_event
+WITH events AS (
+    INSERT INTO outbox_events (event_type, payload, created_at)
+    VALUES ($1, $2, $3)
+    RETURNING event_id, event_type
+), deliveries AS (
+    INSERT INTO event_deliveries (event_id, subscription_id, next_attempt_at)
+    SELECT e.event_id, sub.subscription_id, $3::timestamptz
+    FROM events e JOIN subscriptions sub
+      ON sub.disabled_at IS NULL AND e.event_type = ANY (sub.event_types)
+)
+SELECT event_id FROM events
+
+-- name: lock_archived_session
+SELECT * FROM session_archive WHERE session_id = $1 FOR UPDATE
+
+-- name: restore_session_row
+INSERT INTO session_coordination
+SELECT * FROM jsonb_populate_record(NULL::session_coordination, $1)
+
+-- name: restore_session_versions
+INSERT INTO session_state_versions
+SELECT * FROM jsonb_populate_recordset(NULL::session_state_versions, $1)
+
+-- name: delete_archived_session
+DELETE FROM session_archive WHERE session_id = $1
+
+-- name: restart_restored_session
+-- A restored session lives again: a fresh expiry, no pending warning; an expired one is
+-- active again (a completed one stays completed).
+UPDATE session_coordination
+SET expires_at = $2, expiry_warned_at = NULL, last_activity_at = $3,
+    status = CASE WHEN status = 'completed' THEN status ELSE 'active' END
+WHERE session_id = $1
+RETURNING session_id
+
+-- name: session_exists
+SELECT EXISTS (SELECT 1 FROM session_coordination WHERE session_id = $1)
+
+-- name: claim_due_deliveries
+-- Take due deliveries (each exactly once across replicas) and mark them in flight.
+-- $1 now, $2 batch size, $3 in flight until.
+WITH due AS (
+    SELECT event_id, subscription_id FROM event_deliveries
+    WHERE status = 'pending' AND next_attempt_at <= $1
+    ORDER BY next_attempt_at
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE event_deliveries d
+SET next_attempt_at = $3, attempts = d.attempts + 1
+FROM due, outbox_events e, subscriptions s
+WHERE d.event_id = due.event_id AND d.subscription_id = due.subscription_id
+  AND e.event_id = d.event_id AND s.subscription_id = d.subscription_id
+RETURNING d.event_id, d.subscription_id, d.attempts, e.event_type, e.payload, e.created_at,
+          s.url, s.secret
+
+-- name: mark_delivered
+UPDATE event_deliveries
+SET status = 'delivered', delivered_at = $3, last_error = NULL
+WHERE event_id = $1 AND subscription_id = $2
+
+-- name: mark_delivery_failed
+-- $3 error, $4 next attempt at, $5 dead (no more attempts).
+UPDATE event_deliveries
+SET last_error = $3, next_attempt_at = $4,
+    status = CASE WHEN $5::boolean THEN 'dead' ELSE 'pending' END
+WHERE event_id = $1 AND subscription_id = $2
+
+-- name: insert_subscription
+INSERT INTO subscriptions (url, event_types, secret, created_at)
+VALUES ($1, $2, $3, $4)
+RETURNING subscription_id, url, event_types, created_at, disabled_at
+
+-- name: list_subscriptions
+SELECT subscription_id, url, event_types, created_at, disabled_at
+FROM subscriptions ORDER BY created_at
+
+-- name: delete_subscription
+DELETE FROM subscriptions WHERE subscription_id = $1 RETURNING subscription_id
+
+-- name: list_deliveries
+-- Events with their delivery state, newest first; $1 status filter (NULL: all).
+SELECT e.event_id, e.event_type, e.payload, e.created_at, d.subscription_id, d.status,
+       d.attempts, d.last_error, d.delivered_at, d.next_attempt_at
+FROM outbox_events e
+JOIN event_deliveries d ON d.event_id = e.event_id
+WHERE ($1::text IS NULL OR d.status = $1) AND (e.created_at, e.event_id) < ($2, $3)
+ORDER BY e.created_at DESC, e.event_id DESC
+LIMIT $4
+
+-- name: list_events
+SELECT event_id, event_type, payload, created_at FROM outbox_events
+WHERE (created_at, event_id) < ($1, $2)
+ORDER BY created_at DESC, event_id DESC
+LIMIT $3
+
+-- name: redeliver_event
+UPDATE event_deliveries
+SET status = 'pending', attempts = 0, next_attempt_at = $2, last_error = NULL
+WHERE event_id = $1
+RETURNING subscription_id

@@ -1,0 +1,477 @@
+"""The maintenance jobs with a controllable clock, exactly-once claims across replicas,
+crash recovery between batches, restore, and signed event delivery."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+from collections.abc import AsyncIterator, Callable
+from datetime import timedelta
+from typing import Any
+
+import asyncpg
+import httpx
+import pytest
+
+from app.clock import Clock, FrozenClock
+from app.db.pool import Database
+from app.maintenance import repository as maintenance_repo
+from app.maintenance.events import EventService
+from app.maintenance.service import JOBS, MaintenanceService, slot_start
+from app.settings import DatabaseSettings, SchedulerSettings, SessionSettings
+from tests.agent_server import AgentServer
+from tests.integration.helpers import assert_problem, create_session, create_user, if_match
+
+
+@pytest.fixture
+def clock(frozen_clock: FrozenClock) -> Clock:
+    return frozen_clock
+
+
+@pytest.fixture
+async def database(database_url: str) -> AsyncIterator[Database]:
+    db = Database(database_url, DatabaseSettings(pool_min_size=1, pool_max_size=5))
+    await db.open()
+    yield db
+    await db.close()
+
+
+@pytest.fixture
+def make_replica(
+    database: Database, frozen_clock: FrozenClock
+) -> Callable[..., MaintenanceService]:
+    def make(name: str = "replica-a", **settings: Any) -> MaintenanceService:
+        return MaintenanceService(
+            database, frozen_clock, SchedulerSettings(**settings), SessionSettings(), name
+        )
+
+    return make
+
+
+async def rows(database_url: str, sql: str, *args: Any) -> list[asyncpg.Record]:
+    conn = await asyncpg.connect(database_url)
+    try:
+        return list(await conn.fetch(sql, *args))
+    finally:
+        await conn.close()
+
+
+async def status_of(client: httpx.AsyncClient, session_id: str) -> str:
+    response = await client.get(f"/v1/sessions/{session_id}")
+    return response.json()["status"] if response.status_code == 200 else "gone"
+
+
+# -- job 1: inactivity ----------------------------------------------------------------
+
+
+async def test_inactivity_timeout_boundaries(
+    client: httpx.AsyncClient, frozen_clock: FrozenClock, make_replica: Any
+) -> None:
+    quiet = await create_session(client)
+    running = await create_session(client, session_state={"active_process": "plan"})
+    kept = await create_session(client, preserve=True)
+    replica = make_replica()
+
+    frozen_clock.advance(timedelta(hours=1, minutes=59))
+    run = await replica.run_now("inactivity_timeout", dry_run=False)
+    assert run.rows_affected == 0
+    assert await status_of(client, quiet["session_id"]) == "active"
+
+    frozen_clock.advance(timedelta(minutes=2))  # 2:01 of inactivity
+    run = await replica.run_now("inactivity_timeout", dry_run=False)
+    assert run.status == "succeeded"
+    assert run.details == {"sessions_idled": 1}
+    assert await status_of(client, quiet["session_id"]) == "idle"
+    assert await status_of(client, running["session_id"]) == "active"
+    assert await status_of(client, kept["session_id"]) == "active"
+
+
+# -- job 2: expiry extension ------------------------------------------------------------
+
+
+async def test_expiry_extension_for_recently_active_processes(
+    client: httpx.AsyncClient, frozen_clock: FrozenClock, make_replica: Any, database_url: str
+) -> None:
+    busy = await create_session(client, session_state={"active_process": "plan"}, ttl_seconds=3600)
+    stale = await create_session(client, session_state={"active_process": "plan"}, ttl_seconds=3600)
+    idle = await create_session(client, ttl_seconds=3600)
+    frozen_clock.advance(timedelta(minutes=20))
+    patched = await client.patch(
+        f"/v1/sessions/{busy['session_id']}", json={"progress_percentage": 10}, headers=if_match(1)
+    )
+    assert patched.status_code == 200
+    frozen_clock.advance(timedelta(minutes=15))  # busy moved 15 min ago, stale 35 min ago
+
+    run = await make_replica().run_now("expiry_extension", dry_run=False)
+    assert run.details == {"sessions_extended": 1}
+    body = (await client.get(f"/v1/sessions/{busy['session_id']}")).json()
+    assert body["version"] == 3
+    assert (
+        body["expires_at"].replace("Z", "+00:00")
+        == (frozen_clock.now() + timedelta(hours=4)).isoformat()
+    )
+    history = (await client.get(f"/v1/sessions/{busy['session_id']}/versions")).json()["items"]
+    assert (history[0]["change_reason"], history[0]["changed_by"]) == (
+        "expiry_extended",
+        "scheduler",
+    )
+    assert (await client.get(f"/v1/sessions/{stale['session_id']}")).json()["version"] == 1
+    assert (await client.get(f"/v1/sessions/{idle['session_id']}")).json()["version"] == 1
+
+    again = await make_replica().run_now("expiry_extension", dry_run=False)
+    assert again.rows_affected == 0  # 4 h away now: no new version every run
+
+
+# -- job 3: expiry cleanup, restore -------------------------------------------------------
+
+
+async def test_expired_sessions_are_archived_and_restorable_within_the_window(
+    client: httpx.AsyncClient, frozen_clock: FrozenClock, make_replica: Any, database_url: str
+) -> None:
+    user = await create_user(client)
+    doomed = await create_session(client, user_id=user, ttl_seconds=3600)
+    await client.patch(
+        f"/v1/sessions/{doomed['session_id']}",
+        json={"progress_percentage": 30},
+        headers=if_match(1),
+    )
+    working = await create_session(client, session_state={"active_process": "x"}, ttl_seconds=3600)
+    kept = await create_session(client, preserve=True, ttl_seconds=3600)
+    fresh = await create_session(client, ttl_seconds=7200)
+
+    frozen_clock.advance(timedelta(hours=1, minutes=1))
+    run = await make_replica().run_now("expiry_cleanup", dry_run=False)
+    assert run.details["sessions_expired"] == 1
+    assert await status_of(client, doomed["session_id"]) == "gone"
+    for survivor in (working, kept, fresh):
+        assert await status_of(client, survivor["session_id"]) != "gone"
+    events = await rows(database_url, "SELECT event_type, payload FROM outbox_events")
+    assert [(e["event_type"]) for e in events] == ["session.expired"]
+
+    frozen_clock.advance(timedelta(days=6))
+    restored = await client.post(f"/v1/sessions/{doomed['session_id']}/restore")
+    assert restored.status_code == 200, restored.text
+    body = restored.json()
+    assert body["progress_percentage"] == 30
+    assert body["status"] == "active"
+    assert body["version"] == 2
+    history = (await client.get(f"/v1/sessions/{doomed['session_id']}/versions")).json()["items"]
+    assert [v["version"] for v in history] == [2, 1]
+    assert_problem(await client.post(f"/v1/sessions/{doomed['session_id']}/restore"), 409)
+    types = [
+        e["event_type"]
+        for e in await rows(
+            database_url, "SELECT event_type FROM outbox_events ORDER BY created_at, event_id"
+        )
+    ]
+    assert types == ["session.expired", "session.restored"]
+
+
+async def test_restore_after_the_window_is_gone_for_good(
+    client: httpx.AsyncClient, frozen_clock: FrozenClock, make_replica: Any, database_url: str
+) -> None:
+    doomed = await create_session(client, ttl_seconds=3600)
+    frozen_clock.advance(timedelta(hours=2))
+    await make_replica().run_now("expiry_cleanup", dry_run=False)
+    frozen_clock.advance(timedelta(days=7, minutes=1))
+    problem = assert_problem(await client.post(f"/v1/sessions/{doomed['session_id']}/restore"), 404)
+    assert "gone for good" in problem["detail"]
+    run = await make_replica().run_now("expiry_cleanup", dry_run=False)
+    assert run.details["archived_sessions_purged"] == 1
+    assert await rows(database_url, "SELECT * FROM session_archive") == []
+
+
+# -- job 4: archival ------------------------------------------------------------------
+
+
+async def test_completed_sessions_are_archived_after_thirty_days(
+    client: httpx.AsyncClient, frozen_clock: FrozenClock, make_replica: Any, database_url: str
+) -> None:
+    old = await create_session(client, ttl_seconds=90 * 86400 // 3)
+    recent = await create_session(client, ttl_seconds=90 * 86400 // 3)
+    await client.post(f"/v1/sessions/{old['session_id']}/complete", headers=if_match(1))
+    frozen_clock.advance(timedelta(days=2))
+    await client.post(f"/v1/sessions/{recent['session_id']}/complete", headers=if_match(1))
+    frozen_clock.advance(timedelta(days=29))  # old: 31 days done, recent: 29
+    run = await make_replica().run_now("archival", dry_run=False)
+    assert run.details == {"sessions_archived": 1}
+    assert await status_of(client, old["session_id"]) == "gone"
+    assert await status_of(client, recent["session_id"]) == "completed"
+    archived = await rows(database_url, "SELECT reason, versions FROM session_archive")
+    assert archived[0]["reason"] == "completed"
+    assert '"change_reason": "completed"' in archived[0]["versions"]
+
+
+# -- job 5: memory retention ------------------------------------------------------------
+
+
+async def test_memory_retention(
+    client: httpx.AsyncClient, frozen_clock: FrozenClock, make_replica: Any, database_url: str
+) -> None:
+    user = await create_user(client)
+
+    async def write(memory_type: str) -> str:
+        response = await client.post(
+            "/v1/memories", json={"user_id": user, "memory_type": memory_type, "content": 1}
+        )
+        assert response.status_code == 201
+        memory_id: str = response.json()["memory_id"]
+        return memory_id
+
+    short = await write("orchestrator")  # session_data: 24 h
+    pattern = await write("education")  # interaction_patterns: 1 year
+    permanent = await write("consultation")  # user_profile: permanent
+    frozen_clock.advance(timedelta(days=366))
+    run = await make_replica().run_now("memory_retention", dry_run=False)
+    assert run.details == {"memories_deleted": 1, "patterns_archived": 1, "archive_purged": 0}
+    live = {r["memory_id"] for r in await rows(database_url, "SELECT memory_id FROM memories")}
+    assert {str(m) for m in live} == {permanent}
+    archived = await rows(database_url, "SELECT memory_id FROM memory_archive")
+    assert [str(r["memory_id"]) for r in archived] == [pattern]
+    purged = await rows(
+        database_url, "SELECT payload FROM outbox_events WHERE event_type = 'memory.purged'"
+    )
+    assert len(purged) == 1
+    assert short not in {str(m) for m in live}
+
+    frozen_clock.advance(timedelta(days=366))
+    run = await make_replica().run_now("memory_retention", dry_run=False)
+    assert run.details["archive_purged"] == 1
+
+
+# -- job 6: expiry warning ------------------------------------------------------------
+
+
+async def test_expiry_warning_is_sent_once(
+    client: httpx.AsyncClient, frozen_clock: FrozenClock, make_replica: Any, database_url: str
+) -> None:
+    soon = await create_session(client, ttl_seconds=3600)
+    later = await create_session(client, ttl_seconds=7200)
+    frozen_clock.advance(timedelta(minutes=46))  # soon expires in 14 min
+    first = await make_replica().run_now("expiry_warning", dry_run=False)
+    second = await make_replica().run_now("expiry_warning", dry_run=False)
+    assert (first.rows_affected, second.rows_affected) == (1, 0)
+    events = await rows(database_url, "SELECT event_type, payload FROM outbox_events")
+    assert [e["event_type"] for e in events] == ["session.expiring"]
+    assert soon["session_id"] in events[0]["payload"]
+    assert later["session_id"] not in events[0]["payload"]
+
+
+# -- exactly once, leases, crashes, dry runs ----------------------------------------------
+
+
+async def test_each_slot_runs_exactly_once_across_replicas(
+    client: httpx.AsyncClient, frozen_clock: FrozenClock, make_replica: Any, database_url: str
+) -> None:
+    replicas = [make_replica(f"replica-{i}") for i in range(3)]
+    seen: set[tuple[str, Any]] = set()
+    for _ in range(4):  # four 5-minute ticks of every job, all replicas at once
+        for name, job in JOBS.items():
+            slot = slot_start(frozen_clock.now(), job.interval(SchedulerSettings()))
+            outcomes = await asyncio.gather(*(r.run_scheduled(name) for r in replicas))
+            expected = 0 if (name, slot) in seen else 1
+            assert sum(o.claimed for o in outcomes) == expected, name
+            seen.add((name, slot))
+        frozen_clock.advance(timedelta(minutes=5))
+    runs = await rows(
+        database_url, "SELECT job_name, slot_start, count(*) AS n FROM job_runs GROUP BY 1, 2"
+    )
+    assert all(r["n"] == 1 for r in runs)
+    per_job = {name: sum(1 for r in runs if r["job_name"] == name) for name in JOBS}
+    assert per_job["inactivity_timeout"] == 4  # a new 5-minute slot each time
+    assert per_job["archival"] == 1  # still the same daily slot
+
+
+async def test_a_dead_claim_is_taken_over_after_its_lease(
+    frozen_clock: FrozenClock, make_replica: Any, database: Database
+) -> None:
+    job = JOBS["archival"]  # a daily slot: the clock stays inside it
+    slot = slot_start(frozen_clock.now(), job.interval(SchedulerSettings()))
+    async with database.transaction() as conn:
+        run_id = await maintenance_repo.claim_run(
+            conn,
+            job.name,
+            slot,
+            "schedule",
+            False,
+            "crashed",
+            frozen_clock.now(),
+            frozen_clock.now() + timedelta(minutes=5),
+        )
+    assert run_id is not None
+    assert (await make_replica("b").run_scheduled(job.name)).claimed is False
+    frozen_clock.advance(timedelta(minutes=4, seconds=59))
+    # still the same slot, lease not yet expired
+    assert (await make_replica("b").run_scheduled(job.name)).claimed is False
+    frozen_clock.advance(timedelta(seconds=2))
+    taken = await make_replica("b").run_scheduled(job.name)
+    assert taken.claimed is True
+    assert taken.run is not None
+    assert (taken.run.claimed_by, taken.run.attempts, taken.run.status) == ("b", 2, "succeeded")
+
+
+async def test_a_crash_between_batches_loses_nothing(
+    client: httpx.AsyncClient,
+    frozen_clock: FrozenClock,
+    make_replica: Any,
+    database_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    sessions = [await create_session(client, ttl_seconds=3600) for _ in range(5)]
+    frozen_clock.advance(timedelta(hours=2))
+    real = maintenance_repo.record_progress
+    calls = 0
+
+    async def crash_on_second_batch(*args: Any, **kwargs: Any) -> None:
+        nonlocal calls
+        calls += 1
+        if calls == 2:
+            raise RuntimeError("injected crash")
+        await real(*args, **kwargs)
+
+    monkeypatch.setattr(maintenance_repo, "record_progress", crash_on_second_batch)
+    run = await make_replica(batch_size=2).run_now("expiry_cleanup", dry_run=False)
+    assert run.status == "failed"
+    assert "injected crash" in (run.error or "")
+    assert run.rows_affected == 2  # the first batch committed with its progress
+    live = await rows(database_url, "SELECT session_id FROM session_coordination")
+    archived = await rows(database_url, "SELECT session_id FROM session_archive")
+    assert len(live) + len(archived) == 5
+    assert len(archived) == 2
+    assert not {r["session_id"] for r in live} & {r["session_id"] for r in archived}
+
+    monkeypatch.setattr(maintenance_repo, "record_progress", real)
+    run = await make_replica(batch_size=2).run_now("expiry_cleanup", dry_run=False)
+    assert run.status == "succeeded"
+    assert run.details["sessions_expired"] == 3
+    archived = await rows(database_url, "SELECT session_id FROM session_archive")
+    assert sorted(str(r["session_id"]) for r in archived) == sorted(
+        s["session_id"] for s in sessions
+    )
+    events = await rows(database_url, "SELECT count(*) AS n FROM outbox_events")
+    assert events[0]["n"] == 5  # one session.expired each, none duplicated
+
+
+async def test_dry_run_counts_and_changes_nothing(
+    client: httpx.AsyncClient, frozen_clock: FrozenClock
+) -> None:
+    session = await create_session(client, ttl_seconds=3600)
+    frozen_clock.advance(timedelta(hours=2))
+    response = await client.post("/v1/jobs/expiry_cleanup/run", params={"dry_run": "true"})
+    assert response.status_code == 200, response.text
+    run = response.json()
+    assert run["dry_run"] is True
+    assert run["details"]["sessions_expired"] == 1
+    assert await status_of(client, session["session_id"]) == "active"
+
+
+async def test_jobs_api(client: httpx.AsyncClient, make_agent_client: Any) -> None:
+    jobs = {j["name"]: j for j in (await client.get("/v1/jobs")).json()}
+    assert set(jobs) == {
+        "inactivity_timeout",
+        "expiry_extension",
+        "expiry_cleanup",
+        "archival",
+        "memory_retention",
+        "expiry_warning",
+    }
+    assert jobs["expiry_cleanup"]["interval_seconds"] == 3600
+    assert jobs["archival"]["interval_seconds"] == 86400
+    run = (await client.post("/v1/jobs/inactivity_timeout/run")).json()
+    assert run["status"] == "succeeded"
+    runs = (await client.get("/v1/jobs/inactivity_timeout/runs")).json()["items"]
+    assert [r["run_id"] for r in runs] == [run["run_id"]]
+    listed = {j["name"]: j for j in (await client.get("/v1/jobs")).json()}
+    assert listed["inactivity_timeout"]["last_run"]["run_id"] == run["run_id"]
+    assert_problem(await client.post("/v1/jobs/nope/run"), 404)
+    assert_problem(await client.get("/v1/jobs/nope/runs"), 404)
+    agent = await make_agent_client("Worker", [])
+    async with agent:
+        assert_problem(await agent.get("/v1/jobs"), 403)
+        assert_problem(await agent.post("/v1/jobs/archival/run"), 403)
+
+
+# -- events -----------------------------------------------------------------------------
+
+
+@pytest.fixture
+async def receiver() -> AsyncIterator[AgentServer]:
+    server = await AgentServer(reply={"ok": True}).start()
+    yield server
+    await server.stop()
+
+
+async def test_events_are_delivered_signed_retried_and_dead_after_n(
+    client: httpx.AsyncClient,
+    frozen_clock: FrozenClock,
+    database: Database,
+    receiver: AgentServer,
+    make_replica: Any,
+) -> None:
+    created = await client.post(
+        "/v1/subscriptions",
+        json={"url": receiver.url, "event_types": ["session.expired"], "secret": "s" * 32},
+    )
+    assert created.status_code == 201, created.text
+    assert created.json()["secret"] == "s" * 32
+    assert "secret" not in (await client.get("/v1/subscriptions")).json()[0]
+    await create_session(client, ttl_seconds=3600)
+    await create_session(client, ttl_seconds=3600)
+    frozen_clock.advance(timedelta(hours=2))
+    await make_replica().run_now("expiry_cleanup", dry_run=False)
+
+    settings = SchedulerSettings(delivery_max_attempts=3)
+    async with httpx.AsyncClient() as http:
+        events = EventService(database, frozen_clock, settings, http)
+        receiver.behaviour = "fail"
+        receiver.status = 500
+        assert await events.deliver_due() == 2
+        assert await events.deliver_due() == 0  # backing off: nothing due yet
+        frozen_clock.advance(timedelta(minutes=5))
+        receiver.behaviour = "ok"
+        receiver.status = 200
+        assert await events.deliver_due() == 2
+        frozen_clock.advance(timedelta(hours=2))
+        assert await events.deliver_due() == 0  # delivered: never again
+
+    assert len(receiver.requests) == 4
+    body, headers = receiver.bodies[-1], receiver.headers[-1]
+    expected = (
+        "v1="
+        + hmac.new(
+            b"s" * 32, headers["x-switchboard-timestamp"].encode() + b"." + body, hashlib.sha256
+        ).hexdigest()
+    )
+    assert headers["x-switchboard-signature"] == expected
+    assert headers["x-switchboard-event"] == "session.expired"
+    assert receiver.requests[-1]["payload"]["session_id"]
+    delivered = (await client.get("/v1/events", params={"status": "delivered"})).json()["items"]
+    assert len(delivered) == 2
+    assert all(d["attempts"] == 2 for d in delivered)
+
+    # a subscriber that never answers well is given up on after delivery_max_attempts
+    receiver.behaviour = "fail"
+    event_id = delivered[0]["event_id"]
+    assert (await client.post(f"/v1/events/{event_id}/redeliver")).json() == {"deliveries": 1}
+    async with httpx.AsyncClient() as http:
+        events = EventService(database, frozen_clock, settings, http)
+        for _ in range(3):
+            await events.deliver_due()
+            frozen_clock.advance(timedelta(hours=1))
+    dead = (await client.get("/v1/events", params={"status": "dead"})).json()["items"]
+    assert [d["event_id"] for d in dead] == [event_id]
+    assert dead[0]["last_error"] == "HTTP 500"
+    assert_problem(
+        await client.post("/v1/events/01900000-0000-7000-8000-000000000000/redeliver"), 404
+    )
+    assert_problem(
+        await client.post(
+            "/v1/subscriptions", json={"url": "ftp://x", "event_types": ["session.expired"]}
+        ),
+        422,
+    )
+    assert_problem(
+        await client.post("/v1/subscriptions", json={"url": receiver.url, "event_types": ["nope"]}),
+        422,
+    )
