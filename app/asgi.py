@@ -56,6 +56,9 @@ from app.sessions.service import SessionService
 from app.settings import Settings
 from app.users.controller import UserController
 from app.users.service import UserService
+from app.webhooks.controller import N8nWebhookController
+from app.webhooks.idempotency import IdempotencyService
+from app.webhooks.service import WebhookService
 from scheduler.runner import Scheduler
 
 __version__ = "0.1.0"
@@ -130,6 +133,17 @@ def create_app(
         database, clock, settings.scheduler, settings.sessions, replica_id=replica
     )
     events = EventService(database, clock, settings.scheduler, http)
+    webhooks = WebhookService(
+        database,
+        clock,
+        settings.webhooks.continuation_window,
+        user_service,
+        session_service,
+        coordinator,
+        memory_service,
+        maintenance,
+    )
+    idempotency = IdempotencyService(database, clock, settings.webhooks.idempotency_ttl)
     scheduler = (
         Scheduler(maintenance, events)
         if (settings.scheduler.enabled if run_scheduler is None else run_scheduler)
@@ -179,6 +193,7 @@ def create_app(
             RestoreController,
             SubscriptionController,
             EventController,
+            N8nWebhookController,
         ],
         dependencies={
             "database": provide(database),
@@ -189,6 +204,8 @@ def create_app(
             "coordinator": provide(coordinator),
             "maintenance": provide(maintenance),
             "events": provide(events),
+            "hooks": provide(webhooks),
+            "idempotency": provide(idempotency),
         },
         middleware=[DefineMiddleware(ApiKeyAuthMiddleware, exclude=PUBLIC_PATHS)],
         before_request=require_json_body,

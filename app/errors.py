@@ -112,15 +112,15 @@ _STATUS_HEADERS = {
 }
 
 
-def problem_response(
+def problem_body(
     status: int,
     title: str,
     slug: str,
     detail: str,
     instance: str,
     extensions: dict[str, Any] | None = None,
-) -> Response[dict[str, Any]]:
-    """Build one problem+json response; extensions never override the standard members."""
+) -> dict[str, Any]:
+    """The RFC 9457 members of a problem, then its extensions."""
     body: dict[str, Any] = {
         "type": PROBLEM_TYPE_PREFIX + slug,
         "title": title,
@@ -130,6 +130,19 @@ def problem_response(
     }
     for key, value in (extensions or {}).items():
         body.setdefault(key, value)
+    return body
+
+
+def problem_response(
+    status: int,
+    title: str,
+    slug: str,
+    detail: str,
+    instance: str,
+    extensions: dict[str, Any] | None = None,
+) -> Response[dict[str, Any]]:
+    """Build one problem+json response; extensions never override the standard members."""
+    body = problem_body(status, title, slug, detail, instance, extensions)
     headers = _STATUS_HEADERS.get(status)
     return Response(body, status_code=status, media_type=PROBLEM_JSON, headers=headers)
 

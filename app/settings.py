@@ -119,6 +119,24 @@ class SchedulerSettings(BaseSettings):
     delivery_timeout: timedelta = timedelta(seconds=10)
 
 
+class WebhookSettings(BaseSettings):
+    """The /webhooks/n8n endpoints."""
+
+    model_config = SettingsConfigDict(env_prefix="SWITCHBOARD_WEBHOOK_", extra="ignore")
+
+    # A message without session_id continues the user's latest open session of the same
+    # type if it was active this recently; otherwise a new session starts.
+    continuation_window: timedelta = timedelta(minutes=30)
+    # How long a response stored under an Idempotency-Key is replayed.
+    idempotency_ttl: timedelta = timedelta(hours=24)
+    # Shared secret for optional HMAC signatures (X-Switchboard-Signature).
+    secret: str | None = Field(default=None, min_length=16)
+    # Refuse unsigned calls (needs a secret).
+    require_signature: bool = False
+    # Signed calls older (or newer) than this are replays.
+    signature_tolerance: timedelta = timedelta(minutes=5)
+
+
 class Settings(BaseSettings):
     """All settings; each group reads its own prefix."""
 
@@ -132,3 +150,4 @@ class Settings(BaseSettings):
     memories: MemorySettings = Field(default_factory=MemorySettings)
     coordination: CoordinationSettings = Field(default_factory=CoordinationSettings)
     scheduler: SchedulerSettings = Field(default_factory=SchedulerSettings)
+    webhooks: WebhookSettings = Field(default_factory=WebhookSettings)

@@ -485,3 +485,23 @@ CREATE TABLE event_deliveries (
 );
 
 CREATE INDEX event_deliveries_due_idx ON event_deliveries (next_attempt_at) WHERE status = 'pending';
+
+-- ---------------------------------------------------------------------------------------
+-- Webhooks (revision 0005)
+
+-- Responses to webhook calls that carried an Idempotency-Key, replayed for repeats.
+CREATE TABLE idempotency_keys (
+    -- The key's owner: keys are scoped per caller, so two callers never collide.
+    principal text NOT NULL,
+    key text NOT NULL CHECK (char_length(key) BETWEEN 1 AND 255),
+    endpoint text NOT NULL,
+    request_hash bytea NOT NULL,
+    status text NOT NULL CHECK (status IN ('in_progress', 'completed')),
+    response_status integer,
+    response_body jsonb,
+    created_at timestamptz NOT NULL,
+    expires_at timestamptz NOT NULL,
+    PRIMARY KEY (principal, key)
+);
+
+CREATE INDEX idempotency_keys_expires_idx ON idempotency_keys (expires_at);

@@ -17,6 +17,8 @@ class Principal:
     name: str
     roles: frozenset[str] = field(default_factory=frozenset)
     agent_id: UUID | None = None
+    # Set when a key owner acts for this agent (an n8n integration key, say): who that was.
+    delegated_by: str | None = None
 
     @property
     def is_admin(self) -> bool:

@@ -21,8 +21,13 @@ from app.settings import DatabaseSettings
 Connection: TypeAlias = "asyncpg.Connection[asyncpg.Record] | PoolConnectionProxy[asyncpg.Record]"
 
 
+def _json_default(value: Any) -> str:
+    # asyncpg hands out its own UUID subclass, which orjson does not take as a UUID.
+    return str(value)
+
+
 def _encode_json(value: Any) -> str:
-    return orjson.dumps(value).decode()
+    return orjson.dumps(value, default=_json_default).decode()
 
 
 async def _init_connection(conn: asyncpg.Connection[asyncpg.Record]) -> None:

@@ -117,6 +117,13 @@ JOBS: dict[str, Job] = {
                     Q.count_purgeable_session_archive,
                     lambda now, s: (now,),
                 ),
+                Step(
+                    "idempotency_keys_purged",
+                    Q.purge_idempotency_keys,
+                    lambda now, s: (now,),
+                    Q.count_purgeable_idempotency_keys,
+                    lambda now, s: (now,),
+                ),
             ),
         ),
         Job(

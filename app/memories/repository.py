@@ -184,6 +184,16 @@ async def get_memory(
     return None if row is None else _memory(row)
 
 
+async def get_memory_by_key(
+    conn: Connection, user_id: UUID, category: str, key: str, now: datetime, reader: Reader
+) -> Memory | None:
+    """The named memory, if it is live and the reader may see it."""
+    row = await conn.fetchrow(
+        Q.get_memory_by_key, user_id, category, key, now, reader.is_admin, reader.roles
+    )
+    return None if row is None else _memory(row)
+
+
 async def delete_memory(conn: Connection, memory_id: UUID, now: datetime, reader: Reader) -> bool:
     """Delete a live memory the reader may see; False if there was none."""
     deleted = await conn.fetchval(Q.delete_memory, memory_id, now, reader.is_admin, reader.roles)

@@ -237,6 +237,33 @@ class MemoryService:
 
         return await self._audited_transaction(run)
 
+    async def get_by_key(
+        self, user_id: UUID, category: str, key: str, principal: Principal
+    ) -> Memory:
+        """The live memory named (user, category, key), if the caller may read it (else 404)."""
+        now = self._clock.now()
+        reader = reader_of(principal)
+        query = {"user_id": str(user_id), "category": category, "key": key}
+        async with self._db.transaction() as conn:
+            memory = await repo.get_memory_by_key(conn, user_id, category, key, now, reader)
+            await repo.insert_access_logs(
+                conn,
+                [
+                    self._entry(
+                        principal,
+                        "read",
+                        memory.memory_id if memory else None,
+                        query,
+                        memory is not None,
+                        int(memory is not None),
+                        now,
+                    )
+                ],
+            )
+        if memory is None:
+            raise NotFound(f"No memory with key {key!r} in {category!r} for user {user_id}.")
+        return memory
+
     async def list_memories(
         self,
         where: MemoryFilter,
@@ -536,4 +563,4 @@ class MemoryService:
         at: datetime,
     ) -> tuple[Any, ...]:
         """One audit row, in insert_access_log's parameter order."""
-        return (principal.name, None, action, memory_id, query, allowed, rows, at)
+        return (principal.name, principal.delegated_by, action, memory_id, query, allowed, rows, at)

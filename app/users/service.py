@@ -31,6 +31,16 @@ class UserService:
             )
         return user
 
+    async def create_or_get(self, external_ref: str) -> User:
+        """The user with this reference, created if there is none (safe under races)."""
+        async with self._db.transaction() as conn:
+            user = await repo.insert_user(conn, external_ref, self._clock.now())
+            if user is None:
+                user = await repo.get_user_by_external_ref(conn, external_ref)
+        if user is None:  # deleted between the two statements
+            raise Conflict(f"User {external_ref!r} changed concurrently; retry.", retryable=True)
+        return user
+
     async def get_user(self, user_id: UUID) -> User:
         """One user (404 if unknown)."""
         async with self._db.connection() as conn:

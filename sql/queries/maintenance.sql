@@ -394,3 +394,16 @@ UPDATE event_deliveries
 SET status = 'pending', attempts = 0, next_attempt_at = $2, last_error = NULL
 WHERE event_id = $1
 RETURNING subscription_id
+
+-- name: purge_idempotency_keys
+-- Stored webhook responses older than their 24 hours.
+WITH picked AS (
+    SELECT principal, key FROM idempotency_keys WHERE expires_at < $1
+    ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED
+)
+DELETE FROM idempotency_keys k USING picked
+WHERE k.principal = picked.principal AND k.key = picked.key
+RETURNING k.key
+
+-- name: count_purgeable_idempotency_keys
+SELECT count(*) FROM idempotency_keys WHERE expires_at < $1

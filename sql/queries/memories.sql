@@ -226,3 +226,11 @@ LIMIT $5
 -- The level of a live memory regardless of who asks: tells "denied" from "absent" for the audit.
 SELECT access_level FROM memories
 WHERE memory_id = $1 AND (expires_at IS NULL OR expires_at > $2)
+
+-- name: get_memory_by_key
+-- $4 now, $5 is_admin, $6 roles.
+SELECT m.* FROM memories m
+WHERE m.user_id = $1 AND m.category = $2 AND m.key = $3
+  AND (m.expires_at IS NULL OR m.expires_at > $4)
+  AND m.access_level IN (SELECT level FROM memory_access_levels
+                         WHERE $5 OR required_role IS NULL OR required_role = ANY($6::text[]))

@@ -1,0 +1,2 @@
+"""Webhook endpoints for n8n: coordination, memory and cleanup, with idempotency and
+optional HMAC signatures."""

@@ -1,0 +1,114 @@
+"""The n8n webhook endpoints. Each call: optional signature check, idempotent replay or
+run, one flat JSON answer (errors stay problem+json with a 4xx, for n8n's error output)."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from litestar import Controller, Request, Response, post
+from litestar.di import NamedDependency
+from litestar.params import JSONBody
+
+from app.auth.principal import Principal
+from app.clock import Clock
+from app.errors import PROBLEM_JSON
+from app.settings import WebhookSettings
+from app.webhooks.idempotency import IdempotencyService
+from app.webhooks.schemas import CleanupHook, CoordinationHook, MemoryHook
+from app.webhooks.service import WebhookService
+from app.webhooks.signatures import verify_signature
+
+AnyRequest = Request[Principal, Any, Any]
+Hooks = NamedDependency[WebhookService]
+Idempotency = NamedDependency[IdempotencyService]
+
+
+async def _respond(
+    request: AnyRequest,
+    idempotency: IdempotencyService,
+    body_key: str | None,
+    handler: Callable[[], Awaitable[dict[str, Any]]],
+) -> Response[dict[str, Any]]:
+    settings: WebhookSettings = request.app.state.settings.webhooks
+    clock: Clock = request.app.state.clock
+    verify_signature(settings, dict(request.headers), await request.body(), clock.now())
+    key = request.headers.get("idempotency-key") or body_key
+
+    async def run() -> tuple[int, dict[str, Any]]:
+        return 200, await handler()
+
+    raw = await request.json()
+    stored = await idempotency.run(
+        request.user.name, key, request.url.path, raw if isinstance(raw, dict) else {}, run
+    )
+    headers = {"Idempotent-Replayed": "true"} if stored.replayed else {}
+    return Response(
+        stored.body,
+        status_code=stored.status,
+        media_type=PROBLEM_JSON if stored.problem else "application/json",
+        headers=headers,
+    )
+
+
+class N8nWebhookController(Controller):
+    """Endpoints shaped for n8n's HTTP Request node."""
+
+    path = "/webhooks/n8n"
+    tags = ["n8n"]
+
+    @post("/coordination", status_code=200, summary="A user message from an n8n workflow")
+    async def coordination(
+        self,
+        request: AnyRequest,
+        data: JSONBody[CoordinationHook],
+        hooks: Hooks,
+        idempotency: Idempotency,
+    ) -> Response[dict[str, Any]]:
+        """Continues (or starts) the user's session, runs the coordinator, and answers with
+        one flat object: session_id, response, agent, degraded, pending_actions, progress."""
+        return await _respond(
+            request,
+            idempotency,
+            data.idempotency_key,
+            lambda: hooks.coordinate(
+                request.user,
+                user_id=data.user_id,
+                user_ref=data.user_ref,
+                session_id=data.session_id,
+                session_type=data.session_type,
+                text=data.text,
+                channel=data.channel,
+                context_flags=data.context_flags,
+            ),
+        )
+
+    @post("/memory", status_code=200, summary="Write, read or query memories for an agent")
+    async def memory(
+        self,
+        request: AnyRequest,
+        data: JSONBody[MemoryHook],
+        hooks: Hooks,
+        idempotency: Idempotency,
+    ) -> Response[dict[str, Any]]:
+        """The seed's memory update request (user_id, agent_name, memory_type,
+        memory_content) with action write (default), read or query."""
+        return await _respond(
+            request, idempotency, data.idempotency_key, lambda: hooks.memory(request.user, data)
+        )
+
+    @post("/cleanup", status_code=200, summary="Run a cleanup job (or all) now")
+    async def cleanup(
+        self,
+        request: AnyRequest,
+        data: JSONBody[CleanupHook],
+        hooks: Hooks,
+        idempotency: Idempotency,
+    ) -> Response[dict[str, Any]]:
+        """Per-job counts; ``failed`` lists jobs that did not succeed (for an alert branch)."""
+        return await _respond(
+            request,
+            idempotency,
+            data.idempotency_key,
+            lambda: hooks.cleanup(request.user, data.job, data.dry_run),
+        )

@@ -1,0 +1,136 @@
+"""Idempotency keys: n8n's "Retry On Fail" re-sends the same request; the first response is
+stored and replayed for repeats, and the same key with a different body is refused (422).
+
+Keys are scoped per caller. A request that ends in a client error (4xx) is stored like a
+success (a retry would get the same answer); one that ends in a server-side failure is
+forgotten, so the retry can run it again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import orjson
+
+from app.clock import Clock
+from app.db.pool import Database
+from app.db.queries import QUERIES
+from app.errors import Conflict, SwitchboardError, ValidationFailed, problem_body
+
+Q = QUERIES.webhooks
+
+
+@dataclass(frozen=True, slots=True)
+class StoredResponse:
+    """A response to send (fresh or replayed)."""
+
+    status: int
+    body: dict[str, Any]
+    replayed: bool
+    problem: bool
+
+
+def request_hash(endpoint: str, body: dict[str, Any]) -> bytes:
+    """The fingerprint a repeat must match: endpoint plus canonical body (key field dropped)."""
+    canonical = {k: v for k, v in body.items() if k != "idempotency_key"}
+    return hashlib.sha256(
+        endpoint.encode() + b"\n" + orjson.dumps(canonical, option=orjson.OPT_SORT_KEYS)
+    ).digest()
+
+
+class IdempotencyService:
+    """Runs a handler at most once per (caller, key) within the TTL."""
+
+    def __init__(self, database: Database, clock: Clock, ttl: timedelta) -> None:
+        self._db = database
+        self._clock = clock
+        self._ttl = ttl
+
+    async def run(
+        self,
+        principal: str,
+        key: str | None,
+        endpoint: str,
+        body: dict[str, Any],
+        handler: Callable[[], Awaitable[tuple[int, dict[str, Any]]]],
+    ) -> StoredResponse:
+        """Run ``handler`` (or replay its stored response) under ``key``."""
+        if key is None:
+            status, payload = await handler()
+            return StoredResponse(status, payload, replayed=False, problem=False)
+        if not 1 <= len(key) <= 255:
+            raise ValidationFailed(
+                "An idempotency key is 1 to 255 characters.",
+                errors=[{"field": "idempotency_key", "message": "1 to 255 characters"}],
+            )
+        fingerprint = request_hash(endpoint, body)
+        stored = await self._claim(principal, key, endpoint, fingerprint)
+        if stored is not None:
+            return stored
+        try:
+            status, payload = await handler()
+            problem = False
+        except SwitchboardError as error:
+            if error.status >= 500:
+                await self._forget(principal, key)
+                raise
+            payload = problem_body(
+                error.status, error.title, error.slug, error.detail, endpoint, error.extensions
+            )
+            status, problem = error.status, True
+        except BaseException:
+            await self._forget(principal, key)
+            raise
+        async with self._db.transaction() as conn:
+            await conn.execute(Q.complete_idempotency_key, principal, key, status, payload)
+        return StoredResponse(status, payload, replayed=False, problem=problem)
+
+    async def _claim(
+        self, principal: str, key: str, endpoint: str, fingerprint: bytes
+    ) -> StoredResponse | None:
+        now = self._clock.now()
+        async with self._db.transaction() as conn:
+            for _ in range(2):
+                claimed = await conn.fetchval(
+                    Q.claim_idempotency_key,
+                    principal,
+                    key,
+                    endpoint,
+                    fingerprint,
+                    now,
+                    now + self._ttl,
+                )
+                if claimed is not None:
+                    return None
+                existing = await conn.fetchrow(Q.get_idempotency_key, principal, key)
+                if existing is None:
+                    continue  # it vanished between the two statements: claim again
+                if existing["expires_at"] <= now:
+                    await conn.execute(Q.forget_idempotency_key, principal, key)
+                    continue
+                if existing["endpoint"] != endpoint or existing["request_hash"] != fingerprint:
+                    raise ValidationFailed(
+                        "This Idempotency-Key was used for a different request; use a new key "
+                        "for a new request.",
+                        errors=[
+                            {"field": "idempotency_key", "message": "reused with another body"}
+                        ],
+                    )
+                if existing["status"] != "completed":
+                    raise Conflict(
+                        "A request with this Idempotency-Key is still being processed; retry "
+                        "shortly.",
+                        retryable=True,
+                    )
+                body = existing["response_body"]
+                status = int(existing["response_status"])
+                return StoredResponse(status, body, replayed=True, problem=status >= 400)
+        raise Conflict("Could not claim the Idempotency-Key; retry.", retryable=True)
+
+    async def _forget(self, principal: str, key: str) -> None:
+        async with self._db.transaction() as conn:
+            await conn.execute(Q.forget_idempotency_key, principal, key)

@@ -1,0 +1,237 @@
+"""What the n8n webhooks do, built from the same services as the REST API."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from datetime import timedelta
+from typing import Any
+from uuid import UUID
+
+from app.auth.principal import Principal
+from app.clock import Clock
+from app.coordination.schemas import MessageRequest
+from app.coordination.service import CoordinationService
+from app.db.pool import Database
+from app.db.queries import QUERIES
+from app.errors import Forbidden, NotFound, ValidationFailed
+from app.maintenance.service import JOBS, MaintenanceService
+from app.memories.repository import MemoryFilter
+from app.memories.schemas import MemoryUpsert, MemoryWrite
+from app.memories.service import MemoryService
+from app.sessions.schemas import SessionCreate, SessionState
+from app.sessions.service import SessionService
+from app.users.service import UserService
+
+Q = QUERIES.webhooks
+INTEGRATION_ROLE = "coordination_manager"
+
+
+def may_delegate(principal: Principal) -> bool:
+    """The n8n integration key: the admin, or an agent with the coordination_manager role."""
+    return principal.is_admin or INTEGRATION_ROLE in principal.roles
+
+
+class WebhookService:
+    """Coordination, memory and cleanup for n8n, as flat JSON."""
+
+    def __init__(
+        self,
+        database: Database,
+        clock: Clock,
+        continuation_window: timedelta,
+        users: UserService,
+        sessions: SessionService,
+        coordinator: CoordinationService,
+        memories: MemoryService,
+        maintenance: MaintenanceService,
+    ) -> None:
+        self._db = database
+        self._clock = clock
+        self._window = continuation_window
+        self._users = users
+        self._sessions = sessions
+        self._coordinator = coordinator
+        self._memories = memories
+        self._maintenance = maintenance
+
+    async def coordinate(
+        self,
+        principal: Principal,
+        *,
+        user_id: UUID | None,
+        user_ref: str | None,
+        session_id: UUID | None,
+        session_type: str,
+        text: str,
+        channel: str | None,
+        context_flags: list[str],
+    ) -> dict[str, Any]:
+        """Continue (or start) the user's session and coordinate the message."""
+        created = False
+        if session_id is not None:
+            session = await self._sessions.get_session(session_id)
+            if user_id is not None and session.user_id != user_id:
+                raise ValidationFailed(
+                    "The session belongs to another user.",
+                    errors=[{"field": "session_id", "message": "belongs to another user"}],
+                )
+        else:
+            owner = await self._resolve_user(user_id, user_ref)
+            found = await self._latest_open_session(owner, session_type)
+            if found is not None:
+                session = await self._sessions.get_session(found)
+            else:
+                state = SessionState.model_validate(
+                    {"conversation_context": {"channel": channel}} if channel else {}
+                )
+                session = await self._sessions.create_session(
+                    SessionCreate(user_id=owner, session_type=session_type, session_state=state),
+                    principal.name,
+                )
+                created = True
+        result = await self._coordinator.handle_message(
+            session.session_id, MessageRequest(text=text, context_flags=context_flags), principal
+        )
+        return {
+            "session_id": str(result.session_id),
+            "session_created": created,
+            "user_id": str(session.user_id),
+            "response": result.response,
+            "agent": result.agent,
+            "degraded": result.degraded,
+            "fallback": result.fallback,
+            "clarification": result.clarification.question if result.clarification else None,
+            "pending_actions": result.pending_actions,
+            "progress": result.progress_percentage,
+            "decision_id": str(result.decision_id),
+        }
+
+    async def memory(self, principal: Principal, data: Any) -> dict[str, Any]:
+        """Write, read or query memories for ``data.agent_name``."""
+        acting = await self._acting_for(principal, data.agent_name)
+        if data.action == "write":
+            if data.key is not None and data.category is not None:
+                memory, created = await self._memories.upsert_by_key(
+                    MemoryUpsert(
+                        user_id=data.user_id,
+                        session_id=data.session_id,
+                        category=data.category,
+                        key=data.key,
+                        memory_type=data.memory_type,
+                        content=data.memory_content,
+                        access_level=data.access_level,
+                    ),
+                    None,
+                    False,
+                    acting,
+                )
+            else:
+                memory = (
+                    await self._memories.write(
+                        [
+                            MemoryWrite(
+                                user_id=data.user_id,
+                                session_id=data.session_id,
+                                memory_type=data.memory_type,
+                                category=data.category,
+                                key=data.key,
+                                content=data.memory_content,
+                                access_level=data.access_level,
+                            )
+                        ],
+                        acting,
+                        batch=False,
+                    )
+                )[0]
+                created = True
+            return {"action": "write", "created": created, "memory": asdict(memory)}
+        if data.action == "read":
+            if data.memory_id is not None:
+                memory = await self._memories.get(data.memory_id, acting)
+            else:
+                memory = await self._memories.get_by_key(
+                    data.user_id, data.category, data.key, acting
+                )
+            return {"action": "read", "memory": asdict(memory)}
+        where = MemoryFilter(
+            user_id=data.user_id,
+            session_id=data.session_id,
+            memory_type=data.memory_type,
+            category=data.category,
+            since=data.since,
+            contains=data.contains,
+        )
+        query = {
+            k: str(v) for k, v in data.model_dump(exclude_none=True).items() if k != "contains"
+        }
+        page = await self._memories.list_memories(where, data.limit, data.cursor, acting, query)
+        return {
+            "action": "query",
+            "items": [asdict(m) for m in page.items],
+            "count": len(page.items),
+            "next_cursor": page.next_cursor,
+        }
+
+    async def cleanup(self, principal: Principal, job: str, dry_run: bool) -> dict[str, Any]:
+        """Run one job (or all) now; per-job counts."""
+        if not may_delegate(principal):
+            raise Forbidden("Cleanup needs the admin key or a coordination_manager agent key.")
+        names = sorted(JOBS) if job == "all" else [self._maintenance.job(job).name]
+        results: dict[str, Any] = {}
+        total = 0
+        for name in names:
+            run = await self._maintenance.run_now(name, dry_run)
+            results[name] = {
+                "run_id": str(run.run_id),
+                "status": run.status,
+                "rows_affected": run.rows_affected,
+                "details": run.details,
+                "error": run.error,
+            }
+            total += run.rows_affected if not dry_run else sum(run.details.values())
+        return {
+            "dry_run": dry_run,
+            "jobs": results,
+            "total": total,
+            "failed": [n for n, r in results.items() if r["status"] != "succeeded"],
+        }
+
+    async def _acting_for(self, principal: Principal, agent_name: str) -> Principal:
+        if agent_name == principal.name and not principal.is_admin:
+            return principal
+        if not may_delegate(principal):
+            raise Forbidden(
+                f"This key may act only as {principal.name!r}; acting for other agents needs "
+                "the admin key or a coordination_manager agent key."
+            )
+        async with self._db.connection() as conn:
+            roles = await conn.fetchval(Q.agent_roles, agent_name)
+        if roles is None:
+            raise ValidationFailed(
+                f"No enabled agent named {agent_name!r}.",
+                errors=[{"field": "agent_name", "message": "unknown agent"}],
+            )
+        return Principal(
+            kind="agent", name=agent_name, roles=frozenset(roles), delegated_by=principal.name
+        )
+
+    async def _resolve_user(self, user_id: UUID | None, user_ref: str | None) -> UUID:
+        if user_id is not None:
+            await self._users.require_user(user_id)
+            return user_id
+        if user_ref is None:
+            raise ValidationFailed(
+                "Send user_id or user_ref.", errors=[{"field": "user_id", "message": "required"}]
+            )
+        try:
+            return (await self._users.find_by_external_ref(user_ref)).id
+        except NotFound:
+            return (await self._users.create_or_get(user_ref)).id
+
+    async def _latest_open_session(self, user_id: UUID, session_type: str) -> UUID | None:
+        now = self._clock.now()
+        async with self._db.connection() as conn:
+            found: UUID | None = await conn.fetchval(
+                Q.latest_open_session, user_id, session_type, now - self._window, now
+            )
+        return found

@@ -1,0 +1,312 @@
+"""The n8n webhook endpoints: happy paths, idempotent replays, key reuse, auth, bad input,
+signatures, and acting on behalf of agents."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import time
+from typing import Any
+
+import httpx
+import pytest
+
+from app.settings import DatabaseSettings, Settings, WebhookSettings
+from tests.integration.helpers import assert_problem, create_session, create_user
+
+SECRET = "webhook-secret-0123456789"
+
+
+@pytest.fixture
+def settings() -> Settings:
+    return Settings(
+        database=DatabaseSettings(pool_min_size=1, pool_max_size=5),
+        webhooks=WebhookSettings(secret=SECRET),
+    )
+
+
+async def test_coordination_starts_then_continues_a_session(client: httpx.AsyncClient) -> None:
+    first = await client.post(
+        "/webhooks/n8n/coordination",
+        json={"user_ref": "telegram:42", "text": "make me a budget", "channel": "telegram"},
+    )
+    assert first.status_code == 200, first.text
+    body = first.json()
+    assert body["session_created"] is True
+    assert body["agent"] == "Make_Plan_Agent"
+    assert body["degraded"] is True
+    assert body["response"]
+    assert isinstance(body["pending_actions"], list)
+    assert body["progress"] == 0
+
+    second = await client.post(
+        "/webhooks/n8n/coordination", json={"user_ref": "telegram:42", "text": "what is a budget?"}
+    )
+    assert second.json()["session_id"] == body["session_id"]
+    assert second.json()["session_created"] is False
+    session = (await client.get(f"/v1/sessions/{body['session_id']}")).json()
+    assert session["session_state"]["conversation_context"]["channel"] == "telegram"
+    assert session["session_state"]["conversation_context"]["turn_count"] == 2
+
+    other_type = await client.post(
+        "/webhooks/n8n/coordination",
+        json={"user_ref": "telegram:42", "text": "hello", "session_type": "education"},
+    )
+    assert other_type.json()["session_id"] != body["session_id"]
+
+
+async def test_coordination_with_explicit_session_and_user(client: httpx.AsyncClient) -> None:
+    user = await create_user(client)
+    session = await create_session(client, user_id=user)
+    response = await client.post(
+        "/webhooks/n8n/coordination",
+        json={"user_id": user, "session_id": session["session_id"], "text": "hello"},
+    )
+    assert response.json()["session_id"] == session["session_id"]
+    stranger = await create_user(client)
+    assert_problem(
+        await client.post(
+            "/webhooks/n8n/coordination",
+            json={"user_id": stranger, "session_id": session["session_id"], "text": "hi"},
+        ),
+        422,
+    )
+
+
+async def test_idempotent_replay_gives_one_effect_and_the_same_response(
+    client: httpx.AsyncClient,
+) -> None:
+    body = {"user_ref": "u-1", "text": "make a plan"}
+    headers = {"Idempotency-Key": "n8n-exec-77"}
+    first = await client.post("/webhooks/n8n/coordination", json=body, headers=headers)
+    second = await client.post("/webhooks/n8n/coordination", json=body, headers=headers)
+    assert first.status_code == second.status_code == 200
+    assert second.json() == first.json()
+    assert second.headers["idempotent-replayed"] == "true"
+    assert "idempotent-replayed" not in first.headers
+    decisions = (await client.get(f"/v1/sessions/{first.json()['session_id']}/decisions")).json()[
+        "items"
+    ]
+    assert len(decisions) == 1
+
+    body_key = {"user_ref": "u-1", "text": "make a plan", "idempotency_key": "k-body"}
+    a = await client.post("/webhooks/n8n/coordination", json=body_key)
+    b = await client.post("/webhooks/n8n/coordination", json=body_key)
+    assert a.json() == b.json()
+
+    reused = await client.post(
+        "/webhooks/n8n/coordination", json={"user_ref": "u-1", "text": "other"}, headers=headers
+    )
+    problem = assert_problem(reused, 422)
+    assert problem["errors"][0]["field"] == "idempotency_key"
+
+
+async def test_client_errors_are_stored_and_replayed_too(client: httpx.AsyncClient) -> None:
+    body = {"user_id": "01900000-0000-7000-8000-000000000000", "text": "hi"}
+    headers = {"Idempotency-Key": "bad-user"}
+    first = await client.post("/webhooks/n8n/coordination", json=body, headers=headers)
+    second = await client.post("/webhooks/n8n/coordination", json=body, headers=headers)
+    assert first.status_code == second.status_code == 404
+    assert second.headers["content-type"].startswith("application/problem+json")
+    assert second.json() == first.json()
+
+
+async def test_webhooks_need_a_key(anon: httpx.AsyncClient) -> None:
+    for path in ("coordination", "memory", "cleanup"):
+        assert_problem(await anon.post(f"/webhooks/n8n/{path}", json={}), 401)
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("coordination", {"text": "no user"}),
+        ("coordination", {"user_ref": "x", "text": ""}),
+        (
+            "coordination",
+            {"user_ref": "x", "user_id": "01900000-0000-7000-8000-000000000000", "text": "a"},
+        ),
+        ("coordination", {"user_ref": "x", "text": "a", "context_flags": "urgent"}),
+        (
+            "memory",
+            {"agent_name": "Make_Plan_Agent", "memory_type": "planning", "memory_content": 1},
+        ),
+        (
+            "memory",
+            {
+                "user_id": "01900000-0000-7000-8000-000000000000",
+                "memory_type": "planning",
+                "memory_content": 1,
+            },
+        ),
+        ("memory", {"agent_name": "Make_Plan_Agent", "action": "read"}),
+        ("memory", {"agent_name": "Make_Plan_Agent", "action": "delete"}),
+        ("cleanup", {"job": ""}),
+        ("cleanup", {"dry_run": "maybe"}),
+    ],
+)
+async def test_bad_input_is_a_4xx_problem(
+    client: httpx.AsyncClient, path: str, body: dict[str, Any]
+) -> None:
+    response = await client.post(f"/webhooks/n8n/{path}", json=body)
+    assert 400 <= response.status_code < 500, response.text
+    assert response.headers["content-type"].startswith("application/problem+json")
+
+
+async def test_memory_write_read_query_for_an_agent(
+    client: httpx.AsyncClient, make_agent_client: Any
+) -> None:
+    user = await create_user(client)
+    manager = await make_agent_client("Orchestrator_Agent", ["coordination_manager"])
+    async with manager:
+        written = await manager.post(
+            "/webhooks/n8n/memory",
+            json={
+                "user_id": user,
+                "agent_name": "Collect_Create_Data_Agent",
+                "memory_type": "data_collection",
+                "memory_content": {"monthly_income": 3200},
+                "category": "user_profile",
+                "key": "finances",
+            },
+        )
+        assert written.status_code == 200, written.text
+        memory = written.json()["memory"]
+        assert memory["agent_name"] == "Collect_Create_Data_Agent"
+        assert memory["category"] == "user_profile"
+
+        read = await manager.post(
+            "/webhooks/n8n/memory",
+            json={
+                "action": "read",
+                "agent_name": "Collect_Create_Data_Agent",
+                "user_id": user,
+                "category": "user_profile",
+                "key": "finances",
+            },
+        )
+        assert read.json()["memory"]["content"] == {"monthly_income": 3200}
+        by_id = await manager.post(
+            "/webhooks/n8n/memory",
+            json={
+                "action": "read",
+                "agent_name": "Make_Plan_Agent",
+                "memory_id": memory["memory_id"],
+            },
+        )
+        assert by_id.status_code == 200
+        query = await manager.post(
+            "/webhooks/n8n/memory",
+            json={"action": "query", "agent_name": "Make_Plan_Agent", "user_id": user},
+        )
+        assert query.json()["count"] == 1
+        # Educate_Customer_Agent has no role: user_profile is not for it
+        hidden = await manager.post(
+            "/webhooks/n8n/memory",
+            json={
+                "action": "read",
+                "agent_name": "Educate_Customer_Agent",
+                "memory_id": memory["memory_id"],
+            },
+        )
+        assert_problem(hidden, 404)
+        assert_problem(
+            await manager.post(
+                "/webhooks/n8n/memory",
+                json={"action": "query", "agent_name": "Nobody_Agent", "user_id": user},
+            ),
+            422,
+        )
+
+    audit = (
+        await client.get("/v1/audit/memory", params={"agent": "Collect_Create_Data_Agent"})
+    ).json()
+    assert audit["items"][-1]["acting_principal"] == "Orchestrator_Agent"
+    denied = (
+        await client.get("/v1/audit/memory", params={"agent": "Educate_Customer_Agent"})
+    ).json()
+    assert denied["items"][0]["allowed"] is False
+    assert denied["items"][0]["acting_principal"] == "Orchestrator_Agent"
+
+
+async def test_memory_size_limit_and_delegation_rules(
+    client: httpx.AsyncClient, make_agent_client: Any
+) -> None:
+    user = await create_user(client)
+    big = {
+        "user_id": user,
+        "agent_name": "Make_Plan_Agent",
+        "memory_type": "planning",
+        "memory_content": "x" * (1024 * 1024 + 10),
+    }
+    response = await client.post("/webhooks/n8n/memory", json=big)
+    assert response.status_code == 413
+    plain = await make_agent_client("Make_Plan_Agent", ["authorized"])
+    async with plain:
+        own = await plain.post(
+            "/webhooks/n8n/memory",
+            json={
+                "user_id": user,
+                "agent_name": "Make_Plan_Agent",
+                "memory_type": "planning",
+                "memory_content": {"plan": 1},
+                "access_level": "authorized_agents",
+            },
+        )
+        assert own.status_code == 200, own.text
+        other = await plain.post(
+            "/webhooks/n8n/memory",
+            json={
+                "user_id": user,
+                "agent_name": "Consult_Customer_Agent",
+                "memory_type": "consultation",
+                "memory_content": 1,
+            },
+        )
+        assert_problem(other, 403)
+        assert_problem(await plain.post("/webhooks/n8n/cleanup", json={}), 403)
+
+
+async def test_cleanup_runs_jobs_and_reports_counts(client: httpx.AsyncClient) -> None:
+    response = await client.post("/webhooks/n8n/cleanup", json={"job": "all", "dry_run": True})
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert set(body["jobs"]) == {
+        "archival",
+        "expiry_cleanup",
+        "expiry_extension",
+        "expiry_warning",
+        "inactivity_timeout",
+        "memory_retention",
+    }
+    assert body["failed"] == []
+    one = await client.post("/webhooks/n8n/cleanup", json={"job": "expiry_cleanup"})
+    assert set(one.json()["jobs"]) == {"expiry_cleanup"}
+    assert_problem(await client.post("/webhooks/n8n/cleanup", json={"job": "nope"}), 404)
+
+
+def signed(body: bytes, secret: str = SECRET, at: int | None = None) -> dict[str, str]:
+    timestamp = int(time.time()) if at is None else at
+    digest = hmac.new(secret.encode(), f"{timestamp}.".encode() + body, hashlib.sha256)
+    return {
+        "content-type": "application/json",
+        "X-Switchboard-Timestamp": str(timestamp),
+        "X-Switchboard-Signature": "v1=" + digest.hexdigest(),
+    }
+
+
+async def test_signed_requests(client: httpx.AsyncClient) -> None:
+    body = b'{"job": "expiry_cleanup", "dry_run": true}'
+    ok = await client.post("/webhooks/n8n/cleanup", content=body, headers=signed(body))
+    assert ok.status_code == 200, ok.text
+    assert_problem(
+        await client.post("/webhooks/n8n/cleanup", content=body, headers=signed(body, "w" * 30)),
+        401,
+    )
+    stale = signed(body, at=int(time.time()) - 301)
+    assert_problem(await client.post("/webhooks/n8n/cleanup", content=body, headers=stale), 401)
+    tampered = b'{"job": "all", "dry_run": true}'
+    assert_problem(
+        await client.post("/webhooks/n8n/cleanup", content=tampered, headers=signed(body)), 401
+    )
+    half = {"content-type": "application/json", "X-Switchboard-Signature": "v1=00"}
+    assert_problem(await client.post("/webhooks/n8n/cleanup", content=body, headers=half), 401)
