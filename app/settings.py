@@ -38,6 +38,8 @@ class DatabaseSettings(BaseSettings):
     command_timeout: float = Field(default=10.0, gt=0)
     # Seconds a request waits for a free pool connection before 503.
     acquire_timeout: float = Field(default=5.0, gt=0)
+    # Prepared statements kept per connection (the named queries number over 100).
+    statement_cache_size: int = Field(default=512, ge=0)
 
 
 class AuthSettings(BaseSettings):

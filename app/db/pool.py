@@ -57,6 +57,8 @@ class Database:
             min_size=self._settings.pool_min_size,
             max_size=self._settings.pool_max_size,
             command_timeout=self._settings.command_timeout,
+            # Every named query stays prepared: there are more than asyncpg's default 100.
+            statement_cache_size=self._settings.statement_cache_size,
             init=_init_connection,
             server_settings={"application_name": "switchboard", "timezone": "UTC"},
         )
