@@ -6,13 +6,14 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.switchboard-installed
 
-.PHONY: run test lint format migrate install clean-data help
+.PHONY: run test lint format migrate install clean-data help bench bench-quick
 
 help:
 	@echo "make run     serve the API (and scheduler) on \$${SWITCHBOARD_HOST:-127.0.0.1}:\$${SWITCHBOARD_PORT:-8080}"
 	@echo "make test    run the whole test suite against a real PostgreSQL"
 	@echo "make lint    ruff (lint + format check) and mypy --strict"
 	@echo "make migrate apply migrations to SWITCHBOARD_DATABASE_URL (or the embedded server)"
+	@echo "make bench   benchmarks against their ceilings (bench-quick: about 2 minutes)"
 
 $(STAMP): requirements/runtime.txt requirements/dev.txt pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -39,6 +40,12 @@ lint: $(STAMP)
 format: $(STAMP)
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
+
+bench: $(STAMP)
+	$(BIN)/python -m bench.run
+
+bench-quick: $(STAMP)
+	$(BIN)/python -m bench.run --quick
 
 clean-data:
 	-$(BIN)/switchboard embedded-stop

@@ -1,0 +1,661 @@
+"""Switchboard benchmarks: every figure next to its ceiling, measured in the same run.
+
+    make bench-quick   # about two minutes: 16 connections, 100k-row sweeps, 10k/100k growth
+    make bench         # full: 16 and 64 connections, 1M-row sweeps, growth to 10M rows
+
+Writes bench/results/<date>[-quick].json and prints a markdown table (docs/benchmarks.md
+shows it). Needs wrk (Debian: apt-get install wrk). Uses SWITCHBOARD_BENCH_DATABASE_URL,
+else SWITCHBOARD_TEST_DATABASE_URL, else the embedded PostgreSQL; it creates and drops a
+database of its own. The server under test and the ceiling are both pinned to CPU 0, wrk to
+CPU 1, so ratios compare like with like on this 2-core machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import timeit
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import httpx
+import psutil
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from app.clock import SystemClock  # noqa: E402
+from app.coordination.breaker import AsyncCircuitBreaker  # noqa: E402
+from app.coordination.intents import IntentRules, detect_intents, prioritize  # noqa: E402
+from app.db.migrate import upgrade  # noqa: E402
+from app.db.pool import Database  # noqa: E402
+from app.maintenance.service import MaintenanceService  # noqa: E402
+from app.settings import DatabaseSettings, SchedulerSettings, SessionSettings  # noqa: E402
+from tests import dbutil  # noqa: E402
+
+ADMIN = "bench-admin-key-0123456789abcdef"
+PYTHON = sys.executable
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def pinned(cpu: int, cmd: list[str]) -> list[str]:
+    return (["taskset", "-c", str(cpu)] if shutil.which("taskset") else []) + cmd
+
+
+class Server:
+    """One benchmark target in its own process."""
+
+    def __init__(self, target: str, env: dict[str, str]) -> None:
+        self.port = free_port()
+        self.proc = subprocess.Popen(
+            pinned(0, [PYTHON, "-m", "bench.serve", target, str(self.port)]),
+            cwd=ROOT,
+            env={**os.environ, **env},
+        )
+        probe = "/constant" if target == "ceiling" else "/health"
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"http://127.0.0.1:{self.port}{probe}", timeout=1).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                time.sleep(0.2)
+        raise RuntimeError(f"{target} did not start")
+
+    def rss_mib(self) -> float:
+        return round(psutil.Process(self.proc.pid).memory_info().rss / 2**20, 1)
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(timeout=10)
+
+
+def wrk(port: int, path: str, conns: int, seconds: int, script: Path | None) -> dict[str, Any]:
+    cmd = ["wrk", "-t1", f"-c{conns}", f"-d{seconds}s", "--latency"]
+    if script:
+        cmd += ["-s", str(script)]
+    out = subprocess.run(
+        pinned(1, [*cmd, f"http://127.0.0.1:{port}{path}"]),
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+
+    def latency(label: str) -> float:
+        match = re.search(rf"^\s+{label}%\s+([\d.]+)(us|ms|s)\s*$", out, re.M)
+        if not match:
+            return float("nan")
+        value, unit = float(match.group(1)), match.group(2)
+        return round(value / 1000 if unit == "us" else value * 1000 if unit == "s" else value, 2)
+
+    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))  # type: ignore[union-attr]
+    non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    socket_errors = re.search(
+        r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out
+    )
+    errors = int(non2xx.group(1)) if non2xx else 0
+    if socket_errors:
+        errors += sum(int(g) for g in socket_errors.groups())
+    return {
+        "rps": round(rps, 1),
+        "p50_ms": latency("50"),
+        "p99_ms": latency("99"),
+        "errors": errors,
+    }
+
+
+def lua(name: str, body: str, directory: Path) -> Path:
+    path = directory / f"{name}.lua"
+    path.write_text(
+        'wrk.headers["Authorization"] = "Bearer ' + ADMIN + '"\n'
+        'wrk.headers["Content-Type"] = "application/json"\n' + body
+    )
+    return path
+
+
+def lua_list(name: str, values: list[str]) -> str:
+    return f"{name} = {{" + ",".join(f'"{v}"' for v in values) + "}\n"
+
+
+# -- seeding ------------------------------------------------------------------------------
+
+SEED_SESSIONS = """
+INSERT INTO users (id) SELECT uuid_generate_v7() FROM generate_series(1, $1);
+"""
+
+
+async def seed_http(
+    conn: asyncpg.Connection, users: int, sessions_per_user: int
+) -> dict[str, list[str]]:
+    await conn.execute(
+        "INSERT INTO users (id) SELECT uuid_generate_v7() FROM generate_series(1, $1)", users
+    )
+    await conn.execute(
+        """INSERT INTO session_coordination (user_id, session_state, expires_at)
+           SELECT u.id, '{"active_process": null, "agent_outputs": {}, "pending_actions": [],
+                          "conversation_context": {}, "user_preferences": {}}',
+                  now() + interval '30 days'
+           FROM users u, generate_series(1, $1)""",
+        sessions_per_user,
+    )
+    await conn.execute(
+        """INSERT INTO memories (user_id, session_id, agent_name, memory_type, category, content,
+                                 content_size, access_level, created_at, updated_at, expires_at)
+           SELECT s.user_id, s.session_id, 'bench', 'orchestrator', 'session_data',
+                  jsonb_build_object('n', g, 'text', repeat('x', 40)), 60, 'all_agents',
+                  now() - g * interval '1 second', now(), now() + interval '1 day'
+           FROM (SELECT * FROM session_coordination LIMIT 200) s, generate_series(1, 20) g"""
+    )
+    await conn.execute("ANALYZE")
+    sessions = [
+        str(r[0])
+        for r in await conn.fetch("SELECT session_id FROM session_coordination LIMIT 1000")
+    ]
+    with_memories = [
+        str(r[0]) for r in await conn.fetch("SELECT DISTINCT session_id FROM memories LIMIT 200")
+    ]
+    users_list = [str(r[0]) for r in await conn.fetch("SELECT id FROM users LIMIT 200")]
+    return {"sessions": sessions, "memory_sessions": with_memories, "users": users_list}
+
+
+async def seed_expired(conn: asyncpg.Connection, n: int) -> None:
+    await conn.execute(
+        "INSERT INTO users (id) SELECT uuid_generate_v7() FROM generate_series(1, 1000)"
+    )
+    await conn.execute(
+        """INSERT INTO session_coordination (user_id, created_at, updated_at, last_activity_at, expires_at)
+           SELECT (SELECT id FROM users ORDER BY id LIMIT 1 OFFSET (g % 1000)),
+                  now() - interval '3 days', now() - interval '3 days', now() - interval '3 days',
+                  now() - interval '1 day'
+           FROM generate_series(1, $1) g""",
+        n,
+    )
+    await conn.execute(
+        """INSERT INTO memories (user_id, agent_name, memory_type, category, content, content_size,
+                                 access_level, created_at, updated_at, expires_at)
+           SELECT (SELECT id FROM users ORDER BY id LIMIT 1 OFFSET (g % 1000)), 'bench',
+                  'orchestrator', 'session_data', '{"n": 1}', 8, 'all_agents',
+                  now() - interval '3 days', now() - interval '3 days', now() - interval '2 days'
+           FROM generate_series(1, $1) g""",
+        n,
+    )
+    await conn.execute("ANALYZE")
+
+
+# -- the measurements ---------------------------------------------------------------------
+
+
+def http_paths(
+    sb: Server,
+    ceiling: Server,
+    seed: dict[str, list[str]],
+    conns: list[int],
+    seconds: int,
+    tmp: Path,
+) -> dict[str, Any]:
+    sessions, mem_sessions, users = seed["sessions"], seed["memory_sessions"], seed["users"]
+    one_kib = "x" * 1000
+    scripts = {
+        "GET /v1/sessions/{id}": lua(
+            "get_session",
+            lua_list("ids", sessions)
+            + 'request = function() return wrk.format("GET", "/v1/sessions/" .. ids[math.random(#ids)]) end\n',
+            tmp,
+        ),
+        "PATCH /v1/sessions/{id}": lua(
+            "patch_session",
+            lua_list("ids", sessions) + 'wrk.headers["If-Match"] = "*"\n'
+            'request = function() return wrk.format("PATCH", "/v1/sessions/" .. ids[math.random(#ids)], nil,'
+            ' \'{"session_state": {"agent_outputs": {"bench": \' .. math.random(1000000) .. \'}}}\') end\n',
+            tmp,
+        ),
+        "POST /v1/memories (1 KiB)": lua(
+            "post_memory",
+            lua_list("users", users)
+            + 'request = function() return wrk.format("POST", "/v1/memories", nil,'
+            ' \'{"user_id": "\' .. users[math.random(#users)] .. \'", "memory_type": "orchestrator", "content": {"text": "'
+            + one_kib
+            + "\"}}') end\n",
+            tmp,
+        ),
+        "GET /v1/memories?session_id= (20 rows)": lua(
+            "list_memories",
+            lua_list("ids", mem_sessions)
+            + 'request = function() return wrk.format("GET", "/v1/memories?session_id=" .. ids[math.random(#ids)]) end\n',
+            tmp,
+        ),
+        "GET /v1/sessions/{id}/context": lua(
+            "context",
+            lua_list("ids", mem_sessions)
+            + 'request = function() return wrk.format("GET", "/v1/sessions/" .. ids[math.random(#ids)] .. "/context") end\n',
+            tmp,
+        ),
+        "POST /v1/sessions/{id}/messages (breaker open)": lua(
+            "message",
+            lua_list("ids", sessions)
+            + 'request = function() return wrk.format("POST", "/v1/sessions/" .. ids[math.random(#ids)] .. "/messages", nil,'
+            ' \'{"text": "what is compound interest"}\') end\n',
+            tmp,
+        ),
+        "POST /webhooks/n8n/memory (idempotent)": lua(
+            "webhook_memory",
+            lua_list("users", users) + "counter = 0\n"
+            "request = function() counter = counter + 1\n"
+            '  wrk.headers["Idempotency-Key"] = "k" .. counter .. "-" .. math.random(1000000000)\n'
+            '  return wrk.format("POST", "/webhooks/n8n/memory", nil, \'{"user_id": "\' .. users[math.random(#users)] .. \'", "agent_name": "Orchestrator_Agent", "memory_type": "orchestrator", "memory_content": {"n": 1}}\') end\n',
+            tmp,
+        ),
+    }
+    ceiling_post = lua("ceiling_post", 'wrk.method = "POST"\nwrk.body = \'{"a": 1}\'\n', tmp)
+    results: dict[str, Any] = {}
+    for c in conns:
+        wrk(ceiling.port, "/constant", c, 2, None)  # warm-up
+        base_get = wrk(ceiling.port, "/constant", c, seconds, None)
+        base_post = wrk(ceiling.port, "/constant", c, seconds, ceiling_post)
+        rows = {
+            "ceiling GET": {**base_get, "ratio": 1.0},
+            "ceiling POST": {**base_post, "ratio": 1.0},
+        }
+        for name, script in scripts.items():
+            wrk(sb.port, "/", c, 2, script)  # warm-up
+            measured = wrk(sb.port, "/", c, seconds, script)
+            ceiling_rps = base_get["rps"] if name.startswith("GET") else base_post["rps"]
+            measured["ratio"] = round(measured["rps"] / ceiling_rps, 3)
+            rows[name] = measured
+        rows["rss_mib"] = {"switchboard": sb.rss_mib(), "ceiling": ceiling.rss_mib()}
+        results[f"{c} connections"] = rows
+    return results
+
+
+async def database_ceiling(
+    url: str, seed: dict[str, list[str]], seconds: float
+) -> dict[str, float]:
+    pool = await asyncpg.create_pool(url, min_size=10, max_size=10)
+    sessions, users = seed["sessions"], seed["users"]
+    content = json.dumps({"text": "x" * 1000})
+
+    async def loop(kind: str, counter: list[int]) -> None:
+        end = time.monotonic() + seconds
+        i = 0
+        while time.monotonic() < end:
+            async with pool.acquire() as conn:
+                if kind == "select":
+                    await conn.fetchrow(
+                        "SELECT * FROM session_coordination WHERE session_id = $1",
+                        uuid.UUID(sessions[i % len(sessions)]),
+                    )
+                else:
+                    await conn.execute(
+                        "INSERT INTO memories (user_id, agent_name, memory_type, category, content, content_size, access_level)"
+                        " VALUES ($1, 'raw', 'orchestrator', 'session_data', $2::jsonb, 1000, 'all_agents')",
+                        uuid.UUID(users[i % len(users)]),
+                        content,
+                    )
+            i += 1
+            counter[0] += 1
+
+    out = {}
+    for kind in ("select", "insert"):
+        counter = [0]
+        await asyncio.gather(*(loop(kind, counter) for _ in range(16)))
+        out[f"raw {kind}s/s"] = round(counter[0] / seconds, 1)
+    await pool.close()
+    return out
+
+
+async def cpu_paths(url: str) -> dict[str, float]:
+    conn = await asyncpg.connect(url)
+    from app.coordination.repository import intent_rule_data
+
+    await conn.set_type_codec("jsonb", encoder=json.dumps, decoder=json.loads, schema="pg_catalog")
+    data = await intent_rule_data(conn)  # type: ignore[arg-type]
+    await conn.close()
+    rules = IntentRules(
+        base_weights=data["weights"],
+        keywords=data["keywords"],
+        modifiers=data["modifiers"],
+        cues=data["cues"],
+        intent_agents={"request_plan": "P", "ask_question": "E", "emergency_financial": "C"},
+    )
+    message = (
+        "I lost my job and need help urgently. Also can you make a plan? What is compound interest?"
+    )
+    n = 20000
+    seconds = min(
+        timeit.repeat(
+            lambda: prioritize(detect_intents(message, rules, ["session_in_progress"]), rules, 10),
+            number=n,
+            repeat=3,
+        )
+    )
+    breaker = AsyncCircuitBreaker("bench", fail_max=5, reset_timeout=30)
+
+    async def noop() -> int:
+        return 1
+
+    async def measure(wrapped: bool, count: int) -> float:
+        start = time.perf_counter()
+        for _ in range(count):
+            if wrapped:
+                await breaker.call(noop)
+            else:
+                await noop()
+        return (time.perf_counter() - start) / count
+
+    count = 50000
+    bare = min([await measure(False, count) for _ in range(3)])
+    guarded = min([await measure(True, count) for _ in range(3)])
+    return {
+        "intent analysis + prioritization (3 intents), messages/s": round(n / seconds),
+        "breaker overhead per call, µs": round((guarded - bare) * 1e6, 2),
+    }
+
+
+SET_BASED_EXPIRY = """
+WITH archived AS (
+    INSERT INTO session_archive (session_id, user_id, reason, session, versions, archived_at, restorable_until)
+    SELECT s.session_id, s.user_id, 'expired', to_jsonb(s),
+           coalesce((SELECT jsonb_agg(to_jsonb(v) ORDER BY v.version) FROM session_state_versions v
+                     WHERE v.session_id = s.session_id), '[]'),
+           now(), now() + interval '7 days'
+    FROM session_coordination s
+    WHERE expires_at < now() AND NOT preserve AND session_state ->> 'active_process' IS NULL
+    RETURNING session_id
+)
+DELETE FROM session_coordination s USING archived a WHERE s.session_id = a.session_id
+"""
+SET_BASED_RETENTION = (
+    "DELETE FROM memories WHERE expires_at < now() AND category <> 'interaction_patterns'"
+)
+
+
+async def cleanup_at_scale(
+    url: str, n: int, sb: Server, tmp: Path, seed: dict[str, list[str]]
+) -> dict[str, Any]:
+    conn = await asyncpg.connect(url)
+    db = Database(url, DatabaseSettings(pool_min_size=1, pool_max_size=4))
+    await db.open()
+    maintenance = MaintenanceService(
+        db, SystemClock(), SchedulerSettings(), SessionSettings(), "bench"
+    )
+    get_script = lua(
+        "get_session_sweep",
+        lua_list("ids", seed["sessions"])
+        + 'request = function() return wrk.format("GET", "/v1/sessions/" .. ids[math.random(#ids)]) end\n',
+        tmp,
+    )
+    out: dict[str, Any] = {"rows": n}
+    idle = wrk(sb.port, "/", 16, 5, get_script)
+    await seed_expired(conn, n)
+    loop = asyncio.get_running_loop()
+    during = loop.run_in_executor(None, wrk, sb.port, "/", 16, 8, get_script)
+    start = time.perf_counter()
+    run = await maintenance.run_now("expiry_cleanup", dry_run=False)
+    out["expiry job s"] = round(time.perf_counter() - start, 2)
+    start = time.perf_counter()
+    await maintenance.run_now("memory_retention", dry_run=False)
+    out["retention job s"] = round(time.perf_counter() - start, 2)
+    busy = await during
+    out["expired rows archived"] = run.details.get("sessions_expired")
+    await conn.execute("TRUNCATE session_archive")
+    await seed_expired(conn, n)
+    start = time.perf_counter()
+    await conn.execute(SET_BASED_EXPIRY)
+    out["set-based expiry s"] = round(time.perf_counter() - start, 2)
+    start = time.perf_counter()
+    await conn.execute(SET_BASED_RETENTION)
+    out["set-based retention s"] = round(time.perf_counter() - start, 2)
+    out["expiry ratio"] = round(out["expiry job s"] / max(out["set-based expiry s"], 1e-3), 2)
+    out["retention ratio"] = round(
+        out["retention job s"] / max(out["set-based retention s"], 1e-3), 2
+    )
+    out["GET session p99 idle ms"] = idle["p99_ms"]
+    out["GET session p99 during sweep ms"] = busy["p99_ms"]
+    out["p99 ratio"] = round(busy["p99_ms"] / max(idle["p99_ms"], 1e-3), 2)
+    await db.close()
+    await conn.close()
+    return out
+
+
+async def growth(url: str, sizes: list[int], sb: Server, tmp: Path) -> dict[str, Any]:
+    conn = await asyncpg.connect(url)
+    user = await conn.fetchval("INSERT INTO users (id) VALUES (uuid_generate_v7()) RETURNING id")
+    probe = await conn.fetchval(
+        "INSERT INTO session_coordination (user_id, expires_at) VALUES ($1, now() + interval '30 days') RETURNING session_id",
+        user,
+    )
+    await conn.execute(
+        """INSERT INTO memories (user_id, session_id, agent_name, memory_type, category, content, content_size, access_level, expires_at)
+           SELECT $1, $2, 'bench', 'orchestrator', 'session_data', '{"n": 1}', 8, 'all_agents', now() + interval '1 day'
+           FROM generate_series(1, 20)""",
+        user,
+        probe,
+    )
+    filler_user = await conn.fetchval(
+        "INSERT INTO users (id) VALUES (uuid_generate_v7()) RETURNING id"
+    )
+    have = await conn.fetchval("SELECT count(*) FROM memories")
+    out: dict[str, Any] = {}
+    mem = lua(
+        "growth_memories",
+        f'request = function() return wrk.format("GET", "/v1/memories?session_id={probe}") end\n',
+        tmp,
+    )
+    sess = lua(
+        "growth_sessions",
+        f'request = function() return wrk.format("GET", "/v1/users/{user}/sessions?limit=20") end\n',
+        tmp,
+    )
+    for size in sizes:
+        if size > have:
+            # filler rows for other users and sessions, in chunks
+            remaining = size - have
+            while remaining > 0:
+                chunk = min(remaining, 500_000)
+                await conn.execute(
+                    """WITH s AS (INSERT INTO session_coordination (user_id, expires_at)
+                                  SELECT $1, now() + interval '30 days' FROM generate_series(1, greatest($2 / 20, 1))
+                                  RETURNING session_id)
+                       INSERT INTO memories (user_id, session_id, agent_name, memory_type, category, content, content_size, access_level, expires_at)
+                       SELECT $1, s.session_id, 'bench', 'orchestrator', 'session_data', '{"n": 1}', 8, 'all_agents', now() + interval '1 day'
+                       FROM s, generate_series(1, 20)""",
+                    filler_user,
+                    chunk,
+                )
+                remaining -= chunk
+            await conn.execute("ANALYZE memories; ANALYZE session_coordination")
+            have = size
+        m = wrk(sb.port, "/", 1, 4, mem)
+        s = wrk(sb.port, "/", 1, 4, sess)
+        out[f"{size:,} rows"] = {
+            "memories by session p50 ms": m["p50_ms"],
+            "p99 ms": m["p99_ms"],
+            "user sessions p50 ms": s["p50_ms"],
+            "p99 ms (sessions)": s["p99_ms"],
+        }
+    plan = await conn.fetch(
+        "EXPLAIN SELECT m.* FROM memories m WHERE m.session_id = $1 AND (m.created_at, m.memory_id) < ('infinity', 'ffffffff-ffff-ffff-ffff-ffffffffffff') ORDER BY m.created_at DESC, m.memory_id DESC LIMIT 51",
+        probe,
+    )
+    out["plan (memories by session)"] = [r[0] for r in plan]
+    await conn.close()
+    return out
+
+
+def machine(url: str) -> dict[str, Any]:
+    version = asyncio.run(_pg_version(url))
+    return {
+        "cores": os.cpu_count(),
+        "memory_gib": round(psutil.virtual_memory().total / 2**30, 1),
+        "python": platform.python_version(),
+        "postgresql": version,
+        "load_average": [round(x, 2) for x in os.getloadavg()],
+    }
+
+
+async def _pg_version(url: str) -> str:
+    conn = await asyncpg.connect(url)
+    try:
+        return str(await conn.fetchval("SHOW server_version"))
+    finally:
+        await conn.close()
+
+
+def markdown(result: dict[str, Any]) -> str:
+    lines = [
+        f"Run {result['started_at']} ({result['mode']}); machine: {json.dumps(result['machine'])}",
+        "",
+    ]
+    for conns, rows in result["http"].items():
+        lines += [
+            f"**HTTP, {conns}**",
+            "",
+            "| path | req/s | ratio to ceiling | p50 ms | p99 ms | errors |",
+            "|---|---|---|---|---|---|",
+        ]
+        for name, row in rows.items():
+            if name == "rss_mib":
+                continue
+            lines.append(
+                f"| {name} | {row['rps']} | {row['ratio']} | {row['p50_ms']} | {row['p99_ms']} | {row['errors']} |"
+            )
+        lines += ["", f"Server RSS after the run: {rows['rss_mib']} MiB", ""]
+    lines += ["**Database ceiling**", "", "| measure | value |", "|---|---|"]
+    lines += [f"| {k} | {v} |" for k, v in result["database"].items()]
+    lines += ["", "**CPU paths**", "", "| measure | value |", "|---|---|"]
+    lines += [f"| {k} | {v} |" for k, v in result["cpu"].items()]
+    lines += ["", "**Cleanup at scale**", "", "| measure | value |", "|---|---|"]
+    lines += [f"| {k} | {v} |" for k, v in result["cleanup"].items()]
+    lines += [
+        "",
+        "**Growth**",
+        "",
+        "| rows | memories by session p50/p99 ms | user sessions p50/p99 ms |",
+        "|---|---|---|",
+    ]
+    for k, v in result["growth"].items():
+        if k.startswith("plan"):
+            continue
+        lines.append(
+            f"| {k} | {v['memories by session p50 ms']} / {v['p99 ms']} | {v['user sessions p50 ms']} / {v['p99 ms (sessions)']} |"
+        )
+    lines += [
+        "",
+        "Plan (memories by session, largest size):",
+        "",
+        "```",
+        *result["growth"]["plan (memories by session)"],
+        "```",
+    ]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    if not shutil.which("wrk"):
+        sys.exit("wrk is missing: sudo apt-get install wrk (Debian/Ubuntu)")
+    quick = args.quick
+    server = os.environ.get("SWITCHBOARD_BENCH_DATABASE_URL") or dbutil.server_url()
+    name = dbutil.unique_name("sbbench")
+    asyncio.run(dbutil.create_database(server, name))
+    url = dbutil.with_database(server, name)
+    started = datetime.now(UTC)
+    sb = ceiling = None
+    try:
+        upgrade(url)
+        seed = asyncio.run(_seed(url))
+        env = {"SWITCHBOARD_DATABASE_URL": url, "SWITCHBOARD_ADMIN_KEY": ADMIN}
+        sb, ceiling = Server("switchboard", env), Server("ceiling", {})
+        _prepare_breaker(sb.port, seed)
+        with tempfile.TemporaryDirectory() as tmp_dir:
+            tmp = Path(tmp_dir)
+            result: dict[str, Any] = {
+                "started_at": started.isoformat(timespec="seconds"),
+                "mode": "quick" if quick else "full",
+                "machine": machine(url),
+                "http": http_paths(
+                    sb, ceiling, seed, [16] if quick else [16, 64], 5 if quick else 15, tmp
+                ),
+                "database": asyncio.run(database_ceiling(url, seed, 3 if quick else 10)),
+                "cpu": asyncio.run(cpu_paths(url)),
+                "cleanup": asyncio.run(
+                    cleanup_at_scale(url, 100_000 if quick else 1_000_000, sb, tmp, seed)
+                ),
+                "growth": asyncio.run(
+                    growth(
+                        url,
+                        [10_000, 100_000] if quick else [10_000, 1_000_000, 10_000_000],
+                        sb,
+                        tmp,
+                    )
+                ),
+            }
+        db = result["database"]
+        http16 = result["http"]["16 connections"]
+        db["switchboard GET session / raw select"] = round(
+            http16["GET /v1/sessions/{id}"]["rps"] / db["raw selects/s"], 3
+        )
+        db["switchboard POST memory / raw insert"] = round(
+            http16["POST /v1/memories (1 KiB)"]["rps"] / db["raw inserts/s"], 3
+        )
+        out = ROOT / "bench" / "results" / f"{started:%Y-%m-%d}{'-quick' if quick else ''}.json"
+        out.write_text(json.dumps(result, indent=2) + "\n")
+        print(markdown(result))
+        print(f"\nwritten: {out.relative_to(ROOT)}")
+    finally:
+        for s in (sb, ceiling):
+            if s is not None:
+                s.stop()
+        asyncio.run(dbutil.drop_database(server, name))
+
+
+async def _seed(url: str) -> dict[str, list[str]]:
+    conn = await asyncpg.connect(url)
+    try:
+        return await seed_http(conn, 200, 5)
+    finally:
+        await conn.close()
+
+
+def _prepare_breaker(port: int, seed: dict[str, list[str]]) -> None:
+    """The messages path is measured with the agent's breaker open: the fallback, no network."""
+    headers = {"Authorization": f"Bearer {ADMIN}"}
+    base = f"http://127.0.0.1:{port}"
+    httpx.patch(
+        f"{base}/v1/agents/Educate_Customer_Agent",
+        json={"url": "http://127.0.0.1:9/none"},
+        headers=headers,
+    ).raise_for_status()
+    httpx.post(
+        f"{base}/v1/agents/Educate_Customer_Agent/breaker", json={"state": "open"}, headers=headers
+    ).raise_for_status()
+    httpx.post(
+        f"{base}/v1/agents",
+        json={"name": "Orchestrator_Agent", "roles": ["coordination_manager"]},
+        headers=headers,
+    ).raise_for_status()
+
+
+if __name__ == "__main__":
+    main()
