@@ -20,6 +20,7 @@ from litestar.openapi.spec import Components, SecurityScheme
 from app.agents.controller import AgentController, SkillController
 from app.agents.service import AgentService
 from app.auth.middleware import PUBLIC_PATHS, ApiKeyAuthMiddleware
+from app.auth.ratelimit import RateLimiter
 from app.clock import Clock, SystemClock
 from app.coordination.breakers import BreakerRegistry
 from app.coordination.controller import (
@@ -212,7 +213,16 @@ def create_app(
         exception_handlers=EXCEPTION_HANDLERS,
         request_max_body_size=settings.server.max_body_bytes,
         lifespan=[lifespan],
-        state=State({"agent_service": agent_service, "settings": settings, "clock": clock}),
+        state=State(
+            {
+                "agent_service": agent_service,
+                "settings": settings,
+                "clock": clock,
+                "rate_limiter": RateLimiter(
+                    settings.server.rate_limit_per_second, settings.server.rate_limit_burst
+                ),
+            }
+        ),
         openapi_config=OpenAPIConfig(
             title="Switchboard",
             version=__version__,

@@ -100,6 +100,16 @@ class PreconditionRequired(SwitchboardError):
     status, title, slug = 428, "Precondition required", "precondition-required"
 
 
+class RateLimited(SwitchboardError):
+    """The key sent more requests than its rate allows; ``retry_after`` says when to retry."""
+
+    status, title, slug = 429, "Too many requests", "rate-limited"
+
+    def __init__(self, detail: str, retry_after: int) -> None:
+        super().__init__(detail, retry_after=retry_after)
+        self.retry_after = retry_after
+
+
 class ServiceUnavailable(SwitchboardError):
     """A dependency (usually PostgreSQL) cannot be reached right now; retry later."""
 
@@ -149,9 +159,12 @@ def problem_response(
 
 def handle_domain_error(request: Request[Any, Any, Any], exc: SwitchboardError) -> Response[Any]:
     """Map a domain error to its problem response."""
-    return problem_response(
+    response = problem_response(
         exc.status, exc.title, exc.slug, exc.detail, request.url.path, exc.extensions
     )
+    if isinstance(exc, RateLimited):
+        response.headers["Retry-After"] = str(exc.retry_after)
+    return response
 
 
 def handle_validation_error(

@@ -24,6 +24,10 @@ class ServerSettings(BaseSettings):
     port: int = Field(default=8080, ge=1, le=65535)
     max_body_bytes: PositiveInt = 1024 * 1024
     log_level: str = "INFO"
+    # Requests per second each key may make (per replica), and the burst it may save up;
+    # 0 turns rate limiting off.
+    rate_limit_per_second: float = Field(default=100.0, ge=0)
+    rate_limit_burst: PositiveInt = 200
 
 
 class DatabaseSettings(BaseSettings):

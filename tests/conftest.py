@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
@@ -19,6 +20,12 @@ from app.settings import DatabaseSettings, Settings
 from tests import dbutil
 
 ADMIN_KEY = "test-admin-key-0123456789abcdef"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Tests fire requests far faster than any client should: no rate limit unless a test
+    sets one (settings read the environment when a test builds them)."""
+    os.environ.setdefault("SWITCHBOARD_RATE_LIMIT_PER_SECOND", "0")
 
 
 @pytest.fixture(scope="session")

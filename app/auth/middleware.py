@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from litestar.connection import ASGIConnection
 
     from app.agents.service import AgentService
+    from app.auth.ratelimit import RateLimiter
 
 # Paths anyone may call: liveness, readiness, the OpenAPI document and agent cards.
 PUBLIC_PATHS = ["^/health$", "^/ready$", "^/schema", "^/.well-known/"]
@@ -47,4 +48,6 @@ class ApiKeyAuthMiddleware(AbstractAuthenticationMiddleware):
         principal = await agents.authenticate(hash_key(key))
         if principal is None:
             raise Unauthorized("The API key is not valid (unknown, revoked or disabled).")
+        limiter: RateLimiter = connection.app.state.rate_limiter
+        limiter.take(principal.name)
         return AuthenticationResult(user=principal, auth=None)

@@ -9,6 +9,7 @@ import httpx
 import pytest
 from litestar import Litestar
 
+from app.settings import DatabaseSettings, ServerSettings, Settings
 from tests.conftest import ADMIN_KEY, app_client
 from tests.integration.helpers import assert_problem
 
@@ -103,3 +104,43 @@ async def test_every_route_but_the_public_ones_requires_a_key(
 @pytest.mark.parametrize("path", [*sorted(PUBLIC), "/schema/openapi.json"])
 async def test_public_routes_need_no_key(anon: httpx.AsyncClient, path: str) -> None:
     assert (await anon.get(path)).status_code == 200
+
+
+class TestRateLimit:
+    @pytest.fixture
+    def settings(self) -> Settings:
+        return Settings(
+            server=ServerSettings(rate_limit_per_second=1, rate_limit_burst=3),
+            database=DatabaseSettings(pool_min_size=1, pool_max_size=5),
+        )
+
+    async def test_a_key_over_its_rate_gets_429_with_retry_after(
+        self, client: httpx.AsyncClient, anon: httpx.AsyncClient
+    ) -> None:
+        statuses = [(await client.get("/v1/agents")).status_code for _ in range(4)]
+        assert statuses == [200, 200, 200, 429]
+        limited = await client.get("/v1/agents")
+        problem = assert_problem(limited, 429)
+        assert int(limited.headers["retry-after"]) >= 1
+        assert problem["retry_after"] >= 1
+        assert (await anon.get("/health")).status_code == 200  # public routes are not limited
+
+
+async def test_keys_never_reach_the_logs(
+    client: httpx.AsyncClient, make_agent_client: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    import logging
+
+    caplog.set_level(logging.DEBUG)
+    created = await client.post("/v1/agents", json={"name": "Logged_Agent"})
+    key = created.json()["api_key"]
+    async with app_client(client._transport.app, {"X-API-Key": key}) as agent:  # type: ignore[attr-defined]
+        await agent.get("/v1/users/not-a-uuid")
+        await agent.post(
+            "/v1/sessions", content=b"{broken", headers={"content-type": "application/json"}
+        )
+    async with app_client(client._transport.app, {"X-API-Key": key + "x"}) as wrong:  # type: ignore[attr-defined]
+        await wrong.get("/v1/agents")
+    text = caplog.text
+    assert key not in text
+    assert ADMIN_KEY not in text
