@@ -7,13 +7,13 @@ from __future__ import annotations
 import time
 import uuid
 from dataclasses import replace
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 from uuid import UUID
 
 from app.auth.principal import Principal
 from app.clock import Clock
-from app.common.pagination import decode_time_id_cursor, encode_cursor
+from app.common.pagination import FIRST_PAGE, cut_page, decode_time_id_cursor
 from app.coordination import repository as repo
 from app.coordination.breakers import BreakerRegistry
 from app.coordination.dispatch import AgentClient, CallResult
@@ -51,7 +51,6 @@ from app.sessions.service import SessionService, content_of
 from app.sessions.state import close_current_execution
 from app.settings import CoordinationSettings
 
-_END_OF_TIME = (datetime(9999, 12, 31, tzinfo=UTC), UUID(int=(1 << 128) - 1))
 _CRITICAL_PRIORITIES = frozenset({"high", "urgent"})
 # A queued action whose agent keeps failing is tried this many times, then marked failed.
 MAX_PENDING_ATTEMPTS = 3
@@ -170,18 +169,13 @@ class CoordinationService:
         self, session_id: UUID, limit: int, cursor: str | None
     ) -> DecisionPage:
         """A session's decisions, newest first."""
-        before = decode_time_id_cursor(cursor) if cursor else _END_OF_TIME
+        before = decode_time_id_cursor(cursor) if cursor else FIRST_PAGE
         async with self._db.connection() as conn:
             items = await repo.list_decisions(conn, session_id, before, limit + 1)
         if not items:
             await self._sessions.get_session(session_id)  # 404 for an unknown session
-        next_cursor = None
-        if len(items) > limit:
-            items = items[:limit]
-            next_cursor = encode_cursor(
-                [items[-1].created_at.isoformat(), str(items[-1].decision_id)]
-            )
-        return DecisionPage(items=items, next_cursor=next_cursor)
+        page, next_cursor = cut_page(items, limit, lambda d: (d.created_at, d.decision_id))
+        return DecisionPage(items=page, next_cursor=next_cursor)
 
     # -- rules and breakers administration ---------------------------------------------
 

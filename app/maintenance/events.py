@@ -16,7 +16,7 @@ import logging
 import random
 import secrets
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Annotated, Any, Literal
 from uuid import UUID
 
@@ -25,7 +25,7 @@ import orjson
 from pydantic import AnyHttpUrl, BaseModel, ConfigDict, Field, StringConstraints
 
 from app.clock import Clock
-from app.common.pagination import decode_time_id_cursor, encode_cursor
+from app.common.pagination import FIRST_PAGE, cut_page, decode_time_id_cursor
 from app.db.pool import Database
 from app.db.queries import QUERIES
 from app.errors import NotFound
@@ -33,7 +33,6 @@ from app.settings import SchedulerSettings
 
 logger = logging.getLogger("switchboard.events")
 Q = QUERIES.maintenance
-_END_OF_TIME = (datetime(9999, 12, 31, tzinfo=UTC), UUID(int=(1 << 128) - 1))
 
 EVENT_TYPES = (
     "session.expiring",
@@ -158,15 +157,12 @@ class EventService:
         self, status: str | None, limit: int, cursor: str | None
     ) -> EventDeliveryPage:
         """Events with their delivery state, newest first."""
-        before = decode_time_id_cursor(cursor) if cursor else _END_OF_TIME
+        before = decode_time_id_cursor(cursor) if cursor else FIRST_PAGE
         async with self._db.connection() as conn:
             rows = await conn.fetch(Q.list_deliveries, status, before[0], before[1], limit + 1)
         items = [EventDelivery(**dict(row)) for row in rows]
-        next_cursor = None
-        if len(items) > limit:
-            items = items[:limit]
-            next_cursor = encode_cursor([items[-1].created_at.isoformat(), str(items[-1].event_id)])
-        return EventDeliveryPage(items=items, next_cursor=next_cursor)
+        page, next_cursor = cut_page(items, limit, lambda e: (e.created_at, e.event_id))
+        return EventDeliveryPage(items=page, next_cursor=next_cursor)
 
     async def redeliver(self, event_id: UUID) -> int:
         """Send an event again to all its subscribers (resets attempts); how many."""

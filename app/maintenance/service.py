@@ -17,7 +17,7 @@ from typing import Any
 from uuid import UUID
 
 from app.clock import Clock
-from app.common.pagination import decode_time_id_cursor, encode_cursor
+from app.common.pagination import FIRST_PAGE, cut_page, decode_time_id_cursor
 from app.db.pool import Database
 from app.db.queries import QUERIES
 from app.errors import Conflict, NotFound
@@ -31,7 +31,6 @@ logger = logging.getLogger("switchboard.maintenance")
 
 Q = QUERIES.maintenance
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_END_OF_TIME = (datetime(9999, 12, 31, tzinfo=UTC), UUID(int=(1 << 128) - 1))
 
 Args = Callable[[datetime, SchedulerSettings], tuple[Any, ...]]
 
@@ -320,14 +319,11 @@ class MaintenanceService:
     async def runs(self, name: str, limit: int, cursor: str | None) -> JobRunPage:
         """A job's runs, newest first."""
         self.job(name)
-        before = decode_time_id_cursor(cursor) if cursor else _END_OF_TIME
+        before = decode_time_id_cursor(cursor) if cursor else FIRST_PAGE
         async with self._db.connection() as conn:
             items = await repo.list_runs(conn, name, before, limit + 1)
-        next_cursor = None
-        if len(items) > limit:
-            items = items[:limit]
-            next_cursor = encode_cursor([items[-1].started_at.isoformat(), str(items[-1].run_id)])
-        return JobRunPage(items=items, next_cursor=next_cursor)
+        page, next_cursor = cut_page(items, limit, lambda r: (r.started_at, r.run_id))
+        return JobRunPage(items=page, next_cursor=next_cursor)
 
     # -- restore -------------------------------------------------------------------------
 

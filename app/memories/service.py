@@ -13,7 +13,7 @@ import orjson
 
 from app.auth.principal import Principal
 from app.clock import Clock
-from app.common.pagination import decode_time_id_cursor, encode_cursor
+from app.common.pagination import FIRST_PAGE, cut_page, decode_time_id_cursor
 from app.db.pool import Connection, Database
 from app.errors import (
     Conflict,
@@ -47,7 +47,6 @@ from app.users import repository as users_repo
 
 FALLBACK_CATEGORY = "session_data"
 T = TypeVar("T")
-_END_OF_TIME = (datetime(9999, 12, 31, tzinfo=UTC), UUID(int=(1 << 128) - 1))
 _BEGINNING = datetime(1970, 1, 1, tzinfo=UTC)
 
 
@@ -283,19 +282,16 @@ class MemoryService:
                 "Name at least one of user_id, session_id, agent_name or contains.",
                 errors=[{"field": "user_id", "message": "a filter is required"}],
             )
-        before = decode_time_id_cursor(cursor) if cursor else _END_OF_TIME
+        before = decode_time_id_cursor(cursor) if cursor else FIRST_PAGE
         now = self._clock.now()
         async with self._db.transaction() as conn:
             items = await repo.list_memories(
                 conn, where, before, now, reader_of(principal), limit + 1
             )
-            page = items[:limit]
+            page, next_cursor = cut_page(items, limit, lambda m: (m.created_at, m.memory_id))
             await repo.insert_access_logs(
                 conn, [self._entry(principal, "list", None, query, True, len(page), now)]
             )
-        next_cursor = None
-        if len(items) > limit:
-            next_cursor = encode_cursor([page[-1].created_at.isoformat(), str(page[-1].memory_id)])
         return MemoryPage(items=page, next_cursor=next_cursor)
 
     async def context(
@@ -367,16 +363,13 @@ class MemoryService:
         self, agent_name: str | None, since: datetime | None, limit: int, cursor: str | None
     ) -> AccessLogPage:
         """The audit trail, newest first, optionally for one agent and since a time."""
-        before = decode_time_id_cursor(cursor) if cursor else _END_OF_TIME
+        before = decode_time_id_cursor(cursor) if cursor else FIRST_PAGE
         async with self._db.connection() as conn:
             items = await repo.list_access_log(
                 conn, agent_name, since or _BEGINNING, before, limit + 1
             )
-        next_cursor = None
-        if len(items) > limit:
-            items = items[:limit]
-            next_cursor = encode_cursor([items[-1].at.isoformat(), str(items[-1].log_id)])
-        return AccessLogPage(items=items, next_cursor=next_cursor)
+        page, next_cursor = cut_page(items, limit, lambda e: (e.at, e.log_id))
+        return AccessLogPage(items=page, next_cursor=next_cursor)
 
     # -- categories, types, levels -----------------------------------------------------
 

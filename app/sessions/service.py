@@ -6,14 +6,19 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
 
 import asyncpg
 
 from app.clock import Clock
-from app.common.pagination import DEFAULT_LIMIT, decode_time_id_cursor, encode_cursor
+from app.common.pagination import (
+    DEFAULT_LIMIT,
+    FIRST_PAGE,
+    cut_page,
+    decode_time_id_cursor,
+)
 from app.common.validation import validate_as
 from app.db.pool import Connection, Database
 from app.errors import Conflict, NotFound, ValidationFailed, VersionConflict
@@ -41,8 +46,6 @@ from app.sessions.state import (
 from app.settings import SessionSettings
 from app.users import repository as users_repo
 
-# Sorts after every real row: the "cursor" of a first page.
-_END_OF_TIME = (datetime(9999, 12, 31, tzinfo=UTC), UUID(int=(1 << 128) - 1))
 _NO_VERSION_CEILING = 1 << 62
 # Sessions in these states take no content changes (only `preserve` may still be set).
 _CLOSED = frozenset({"completed", "expired"})
@@ -113,17 +116,13 @@ class SessionService:
         cursor: str | None = None,
     ) -> SessionPage:
         """A user's sessions, newest first, one keyset page at a time."""
-        before = decode_time_id_cursor(cursor) if cursor else _END_OF_TIME
+        before = decode_time_id_cursor(cursor) if cursor else FIRST_PAGE
         async with self._db.connection() as conn:
             items = await repo.list_user_sessions(conn, user_id, status, before, limit + 1)
             if not items and not await users_repo.user_exists(conn, user_id):
                 raise NotFound(f"No user {user_id}.")
-        next_cursor = None
-        if len(items) > limit:
-            items = items[:limit]
-            last = items[-1]
-            next_cursor = encode_cursor([last.created_at.isoformat(), str(last.session_id)])
-        return SessionPage(items=items, next_cursor=next_cursor)
+        page, next_cursor = cut_page(items, limit, lambda s: (s.created_at, s.session_id))
+        return SessionPage(items=page, next_cursor=next_cursor)
 
     async def list_versions(
         self, session_id: UUID, limit: int = DEFAULT_LIMIT, cursor: str | None = None
