@@ -27,12 +27,11 @@ from pydantic import AnyHttpUrl, BaseModel, ConfigDict, Field, StringConstraints
 from app.clock import Clock
 from app.common.pagination import FIRST_PAGE, cut_page, decode_time_id_cursor
 from app.db.pool import Database
-from app.db.queries import QUERIES
 from app.errors import NotFound
+from app.maintenance import repository as repo
 from app.settings import SchedulerSettings
 
 logger = logging.getLogger("switchboard.events")
-Q = QUERIES.maintenance
 
 EVENT_TYPES = (
     "session.expiring",
@@ -133,24 +132,20 @@ class EventService:
         """Register a subscriber; the secret is returned this once."""
         secret = data.secret or secrets.token_urlsafe(32)
         async with self._db.transaction() as conn:
-            row = await conn.fetchrow(
-                Q.insert_subscription,
-                str(data.url),
-                sorted(set(data.event_types)),
-                secret,
-                self._clock.now(),
+            row = await repo.insert_subscription(
+                conn, str(data.url), sorted(set(data.event_types)), secret, self._clock.now()
             )
         return SubscriptionWithSecret(subscription=_subscription(row), secret=secret)
 
     async def subscriptions(self) -> list[Subscription]:
         """Every subscriber."""
         async with self._db.connection() as conn:
-            return [_subscription(row) for row in await conn.fetch(Q.list_subscriptions)]
+            return [_subscription(row) for row in await repo.list_subscriptions(conn)]
 
     async def unsubscribe(self, subscription_id: UUID) -> None:
         """Remove a subscriber and its pending deliveries."""
         async with self._db.transaction() as conn:
-            if await conn.fetchval(Q.delete_subscription, subscription_id) is None:
+            if not await repo.delete_subscription(conn, subscription_id):
                 raise NotFound(f"No subscription {subscription_id}.")
 
     async def deliveries(
@@ -159,7 +154,7 @@ class EventService:
         """Events with their delivery state, newest first."""
         before = decode_time_id_cursor(cursor) if cursor else FIRST_PAGE
         async with self._db.connection() as conn:
-            rows = await conn.fetch(Q.list_deliveries, status, before[0], before[1], limit + 1)
+            rows = await repo.list_deliveries(conn, status, before, limit + 1)
         items = [EventDelivery(**dict(row)) for row in rows]
         page, next_cursor = cut_page(items, limit, lambda e: (e.created_at, e.event_id))
         return EventDeliveryPage(items=page, next_cursor=next_cursor)
@@ -167,42 +162,42 @@ class EventService:
     async def redeliver(self, event_id: UUID) -> int:
         """Send an event again to all its subscribers (resets attempts); how many."""
         async with self._db.transaction() as conn:
-            rows = await conn.fetch(Q.redeliver_event, event_id, self._clock.now())
-        if not rows:
+            count = await repo.redeliver_event(conn, event_id, self._clock.now())
+        if not count:
             raise NotFound(f"No deliveries for event {event_id}.")
-        return len(rows)
+        return count
 
     async def deliver_due(self, limit: int = 100) -> int:
         """Post every due delivery once; returns how many were attempted."""
         now = self._clock.now()
         in_flight_until = now + self._settings.delivery_timeout * 2
         async with self._db.transaction() as conn:
-            due = await conn.fetch(Q.claim_due_deliveries, now, limit, in_flight_until)
-        for row in due:
-            await self._deliver(row)
+            due = await repo.claim_due_deliveries(conn, now, limit, in_flight_until)
+        for delivery in due:
+            await self._deliver(delivery)
         return len(due)
 
-    async def _deliver(self, row: Any) -> None:
+    async def _deliver(self, row: repo.DueDelivery) -> None:
         body = orjson.dumps(
             {
-                "event_id": str(row["event_id"]),
-                "event_type": row["event_type"],
-                "created_at": row["created_at"].isoformat(),
-                "payload": row["payload"],
+                "event_id": str(row.event_id),
+                "event_type": row.event_type,
+                "created_at": row.created_at.isoformat(),
+                "payload": row.payload,
             }
         )
         timestamp = int(self._clock.now().timestamp())
         headers = {
             "content-type": "application/json",
-            "X-Switchboard-Event": row["event_type"],
-            "X-Switchboard-Event-Id": str(row["event_id"]),
+            "X-Switchboard-Event": row.event_type,
+            "X-Switchboard-Event-Id": str(row.event_id),
             TIMESTAMP_HEADER: str(timestamp),
-            SIGNATURE_HEADER: sign(row["secret"], timestamp, body),
+            SIGNATURE_HEADER: sign(row.secret, timestamp, body),
         }
         error: str | None = None
         try:
             reply = await self._http.post(
-                row["url"],
+                row.url,
                 content=body,
                 headers=headers,
                 timeout=self._settings.delivery_timeout.total_seconds(),
@@ -214,19 +209,12 @@ class EventService:
         now = self._clock.now()
         async with self._db.transaction() as conn:
             if error is None:
-                await conn.execute(Q.mark_delivered, row["event_id"], row["subscription_id"], now)
+                await repo.mark_delivered(conn, row, now)
                 return
-            attempts = int(row["attempts"])
+            attempts = int(row.attempts)
             dead = attempts >= self._settings.delivery_max_attempts
             backoff = min(timedelta(hours=1), timedelta(seconds=2**attempts))
             jittered = backoff * random.uniform(0.5, 1.0)  # noqa: S311 - jitter, not secrecy
-            await conn.execute(
-                Q.mark_delivery_failed,
-                row["event_id"],
-                row["subscription_id"],
-                error,
-                now + jittered,
-                dead,
-            )
+            await repo.mark_delivery_failed(conn, row, error, now + jittered, dead)
             if dead:
-                logger.warning("event %s to %s is dead: %s", row["event_id"], row["url"], error)
+                logger.warning("event %s to %s is dead: %s", row.event_id, row.url, error)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 from uuid import UUID
@@ -112,3 +113,124 @@ async def emit_event(
     """Write an event (and its deliveries) in the caller's transaction."""
     event_id: UUID = await conn.fetchval(Q.emit_event, event_type, payload, now)
     return event_id
+
+
+# -- archive and restore ------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ArchivedSession:
+    """An archived session: its row and history as JSON, and until when it may return."""
+
+    session_id: UUID
+    user_id: UUID
+    reason: str
+    session: dict[str, Any]
+    versions: list[dict[str, Any]]
+    restorable_until: datetime
+
+
+async def lock_archived_session(conn: Connection, session_id: UUID) -> ArchivedSession | None:
+    """The archived session, row-locked for a restore."""
+    row = await conn.fetchrow(Q.lock_archived_session, session_id)
+    if row is None:
+        return None
+    return ArchivedSession(
+        session_id=row["session_id"],
+        user_id=row["user_id"],
+        reason=row["reason"],
+        session=row["session"],
+        versions=row["versions"],
+        restorable_until=row["restorable_until"],
+    )
+
+
+async def session_exists(conn: Connection, session_id: UUID) -> bool:
+    """True if the session is live."""
+    return bool(await conn.fetchval(Q.session_exists, session_id))
+
+
+async def restore_session(
+    conn: Connection, archived: ArchivedSession, expires_at: datetime, now: datetime
+) -> None:
+    """Put the row and its history back, drop the archive row, give it a fresh expiry."""
+    await conn.execute(Q.restore_session_row, archived.session)
+    await conn.execute(Q.restore_session_versions, archived.versions)
+    await conn.execute(Q.delete_archived_session, archived.session_id)
+    await conn.execute(Q.restart_restored_session, archived.session_id, expires_at, now)
+
+
+# -- events -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class DueDelivery:
+    """A delivery claimed for sending."""
+
+    event_id: UUID
+    subscription_id: UUID
+    attempts: int
+    event_type: str
+    payload: dict[str, Any]
+    created_at: datetime
+    url: str
+    secret: str
+
+
+async def claim_due_deliveries(
+    conn: Connection, now: datetime, limit: int, in_flight_until: datetime
+) -> list[DueDelivery]:
+    """Take due deliveries (SKIP LOCKED) and mark them in flight."""
+    rows = await conn.fetch(Q.claim_due_deliveries, now, limit, in_flight_until)
+    return [DueDelivery(**dict(row)) for row in rows]
+
+
+async def mark_delivered(conn: Connection, delivery: DueDelivery, now: datetime) -> None:
+    """A subscriber took the event."""
+    await conn.execute(Q.mark_delivered, delivery.event_id, delivery.subscription_id, now)
+
+
+async def mark_delivery_failed(
+    conn: Connection, delivery: DueDelivery, error: str, next_attempt_at: datetime, dead: bool
+) -> None:
+    """A delivery failed: retry later, or give up."""
+    await conn.execute(
+        Q.mark_delivery_failed,
+        delivery.event_id,
+        delivery.subscription_id,
+        error,
+        next_attempt_at,
+        dead,
+    )
+
+
+async def insert_subscription(
+    conn: Connection, url: str, event_types: list[str], secret: str, now: datetime
+) -> asyncpg.Record:
+    """A new subscriber's row (without its secret)."""
+    row = await conn.fetchrow(Q.insert_subscription, url, event_types, secret, now)
+    if row is None:
+        raise RuntimeError("insert_subscription returned no row")
+    return row
+
+
+async def list_subscriptions(conn: Connection) -> list[asyncpg.Record]:
+    """Every subscriber's row (without secrets)."""
+    return list(await conn.fetch(Q.list_subscriptions))
+
+
+async def delete_subscription(conn: Connection, subscription_id: UUID) -> bool:
+    """Remove a subscriber; False if there was none."""
+    return await conn.fetchval(Q.delete_subscription, subscription_id) is not None
+
+
+async def list_deliveries(
+    conn: Connection, status: str | None, before: tuple[datetime, UUID], limit: int
+) -> list[asyncpg.Record]:
+    """Events with their delivery state, newest first."""
+    return list(await conn.fetch(Q.list_deliveries, status, before[0], before[1], limit))
+
+
+async def redeliver_event(conn: Connection, event_id: UUID, now: datetime) -> int:
+    """Reset an event's deliveries to pending; how many."""
+    return len(await conn.fetch(Q.redeliver_event, event_id, now))

@@ -331,28 +331,23 @@ class MaintenanceService:
         """Bring an expired or archived session back, with its history, within the window."""
         now = self._clock.now()
         async with self._db.transaction() as conn:
-            archived = await conn.fetchrow(Q.lock_archived_session, session_id)
-            if archived is None or archived["restorable_until"] < now:
-                if await conn.fetchval(Q.session_exists, session_id):
+            archived = await repo.lock_archived_session(conn, session_id)
+            if archived is None or archived.restorable_until < now:
+                if await repo.session_exists(conn, session_id):
                     raise Conflict(f"Session {session_id} is live; there is nothing to restore.")
                 raise NotFound(
                     f"Session {session_id} cannot be restored: it was never archived, or its "
                     f"recovery window ({self._settings.recovery_window}) has passed and it is "
                     "gone for good."
                 )
-            await conn.execute(Q.restore_session_row, archived["session"])
-            await conn.execute(Q.restore_session_versions, archived["versions"])
-            await conn.execute(Q.delete_archived_session, session_id)
-            await conn.execute(
-                Q.restart_restored_session, session_id, now + self._sessions.default_ttl, now
-            )
+            await repo.restore_session(conn, archived, now + self._sessions.default_ttl, now)
             await repo.emit_event(
                 conn,
                 "session.restored",
                 {
                     "session_id": str(session_id),
-                    "user_id": str(archived["user_id"]),
-                    "reason": archived["reason"],
+                    "user_id": str(archived.user_id),
+                    "reason": archived.reason,
                 },
                 now,
             )

@@ -18,10 +18,8 @@ import orjson
 
 from app.clock import Clock
 from app.db.pool import Database
-from app.db.queries import QUERIES
 from app.errors import Conflict, SwitchboardError, ValidationFailed, problem_body
-
-Q = QUERIES.webhooks
+from app.webhooks import repository as repo
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,7 +84,7 @@ class IdempotencyService:
             await self._forget(principal, key)
             raise
         async with self._db.transaction() as conn:
-            await conn.execute(Q.complete_idempotency_key, principal, key, status, payload)
+            await repo.complete_key(conn, principal, key, status, payload)
         return StoredResponse(status, payload, replayed=False, problem=problem)
 
     async def _claim(
@@ -95,24 +93,17 @@ class IdempotencyService:
         now = self._clock.now()
         async with self._db.transaction() as conn:
             for _ in range(2):
-                claimed = await conn.fetchval(
-                    Q.claim_idempotency_key,
-                    principal,
-                    key,
-                    endpoint,
-                    fingerprint,
-                    now,
-                    now + self._ttl,
-                )
-                if claimed is not None:
+                if await repo.claim_key(
+                    conn, principal, key, endpoint, fingerprint, now, now + self._ttl
+                ):
                     return None
-                existing = await conn.fetchrow(Q.get_idempotency_key, principal, key)
+                existing = await repo.get_key(conn, principal, key)
                 if existing is None:
                     continue  # it vanished between the two statements: claim again
-                if existing["expires_at"] <= now:
-                    await conn.execute(Q.forget_idempotency_key, principal, key)
+                if existing.expires_at <= now:
+                    await repo.forget_key(conn, principal, key)
                     continue
-                if existing["endpoint"] != endpoint or existing["request_hash"] != fingerprint:
+                if existing.endpoint != endpoint or existing.request_hash != fingerprint:
                     raise ValidationFailed(
                         "This Idempotency-Key was used for a different request; use a new key "
                         "for a new request.",
@@ -120,17 +111,18 @@ class IdempotencyService:
                             {"field": "idempotency_key", "message": "reused with another body"}
                         ],
                     )
-                if existing["status"] != "completed":
+                if existing.status != "completed" or existing.response_status is None:
                     raise Conflict(
                         "A request with this Idempotency-Key is still being processed; retry "
                         "shortly.",
                         retryable=True,
                     )
-                body = existing["response_body"]
-                status = int(existing["response_status"])
-                return StoredResponse(status, body, replayed=True, problem=status >= 400)
+                status = existing.response_status
+                return StoredResponse(
+                    status, existing.response_body, replayed=True, problem=status >= 400
+                )
         raise Conflict("Could not claim the Idempotency-Key; retry.", retryable=True)
 
     async def _forget(self, principal: str, key: str) -> None:
         async with self._db.transaction() as conn:
-            await conn.execute(Q.forget_idempotency_key, principal, key)
+            await repo.forget_key(conn, principal, key)

@@ -12,7 +12,6 @@ from app.clock import Clock
 from app.coordination.schemas import MessageRequest
 from app.coordination.service import CoordinationService
 from app.db.pool import Database
-from app.db.queries import QUERIES
 from app.errors import Forbidden, NotFound, ValidationFailed
 from app.maintenance.service import JOBS, MaintenanceService
 from app.memories.repository import MemoryFilter
@@ -21,8 +20,8 @@ from app.memories.service import MemoryService
 from app.sessions.schemas import SessionCreate, SessionState
 from app.sessions.service import SessionService
 from app.users.service import UserService
+from app.webhooks import repository as repo
 
-Q = QUERIES.webhooks
 INTEGRATION_ROLE = "coordination_manager"
 
 
@@ -205,7 +204,7 @@ class WebhookService:
                 "the admin key or a coordination_manager agent key."
             )
         async with self._db.connection() as conn:
-            roles = await conn.fetchval(Q.agent_roles, agent_name)
+            roles = await repo.agent_roles(conn, agent_name)
         if roles is None:
             raise ValidationFailed(
                 f"No enabled agent named {agent_name!r}.",
@@ -231,7 +230,6 @@ class WebhookService:
     async def _latest_open_session(self, user_id: UUID, session_type: str) -> UUID | None:
         now = self._clock.now()
         async with self._db.connection() as conn:
-            found: UUID | None = await conn.fetchval(
-                Q.latest_open_session, user_id, session_type, now - self._window, now
+            return await repo.latest_open_session(
+                conn, user_id, session_type, now - self._window, now
             )
-        return found

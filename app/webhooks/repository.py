@@ -1,0 +1,84 @@
+"""Webhook rows in and out of PostgreSQL: idempotency records, continuation, agent roles."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+from app.db.pool import Connection
+from app.db.queries import QUERIES
+
+Q = QUERIES.webhooks
+
+
+@dataclass(frozen=True, slots=True)
+class IdempotencyRecord:
+    """A stored request fingerprint and, once done, its response."""
+
+    endpoint: str
+    request_hash: bytes
+    status: str
+    response_status: int | None
+    response_body: Any
+    expires_at: datetime
+
+
+async def claim_key(
+    conn: Connection,
+    principal: str,
+    key: str,
+    endpoint: str,
+    fingerprint: bytes,
+    now: datetime,
+    expires_at: datetime,
+) -> bool:
+    """Take the key for this request; False if the caller already used it."""
+    claimed = await conn.fetchval(
+        Q.claim_idempotency_key, principal, key, endpoint, fingerprint, now, expires_at
+    )
+    return claimed is not None
+
+
+async def get_key(conn: Connection, principal: str, key: str) -> IdempotencyRecord | None:
+    """The record under the key, if any."""
+    row = await conn.fetchrow(Q.get_idempotency_key, principal, key)
+    if row is None:
+        return None
+    return IdempotencyRecord(
+        endpoint=row["endpoint"],
+        request_hash=bytes(row["request_hash"]),
+        status=row["status"],
+        response_status=row["response_status"],
+        response_body=row["response_body"],
+        expires_at=row["expires_at"],
+    )
+
+
+async def forget_key(conn: Connection, principal: str, key: str) -> None:
+    """Drop the key (an expired one, or after a server-side failure)."""
+    await conn.execute(Q.forget_idempotency_key, principal, key)
+
+
+async def complete_key(
+    conn: Connection, principal: str, key: str, status: int, body: dict[str, Any]
+) -> None:
+    """Store the response to replay."""
+    await conn.execute(Q.complete_idempotency_key, principal, key, status, body)
+
+
+async def latest_open_session(
+    conn: Connection, user_id: UUID, session_type: str, active_since: datetime, now: datetime
+) -> UUID | None:
+    """The user's most recently active open session of this type, if recent enough."""
+    found: UUID | None = await conn.fetchval(
+        Q.latest_open_session, user_id, session_type, active_since, now
+    )
+    return found
+
+
+async def agent_roles(conn: Connection, agent_name: str) -> list[str] | None:
+    """The roles of an enabled agent; None if there is none by that name."""
+    roles = await conn.fetchval(Q.agent_roles, agent_name)
+    return None if roles is None else list(roles)
