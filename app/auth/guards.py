@@ -13,6 +13,8 @@ from app.errors import Forbidden
 
 def admin_only(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:
     """Allow the admin key only (403 for agents)."""
+    if connection.scope.get("method") == "OPTIONS":
+        return  # pre-flight: answered with Allow, unauthenticated, like every other route
     principal: Principal = connection.user
     if not principal.is_admin:
         raise Forbidden("Only the admin key may do this.")

@@ -173,6 +173,9 @@ class SessionService:
             "session_priority",
             "normal",
         )
+        # An explicit null asks for the default, as leaving the field out does.
+        progress = 0 if progress is None else progress
+        priority = "normal" if priority is None else priority
         state, metadata = strip_mirrors(
             data.session_state.model_dump(mode="json"),
             data.coordination_metadata.model_dump(mode="json"),

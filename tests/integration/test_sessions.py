@@ -122,6 +122,17 @@ async def test_mirrored_progress_and_priority_must_agree(client: httpx.AsyncClie
     assert response.json()["priority"] == "urgent"
 
 
+async def test_explicit_nulls_on_create_mean_the_defaults(client: httpx.AsyncClient) -> None:
+    """Found by schemathesis: a null progress used to reach the NOT NULL column (500)."""
+    user_id = await create_user(client)
+    response = await client.post(
+        "/v1/sessions",
+        json={"user_id": user_id, "progress_percentage": None, "priority": None},
+    )
+    assert response.status_code == 201, response.text
+    assert (response.json()["progress_percentage"], response.json()["priority"]) == (0, "normal")
+
+
 async def test_get_with_etag_and_if_none_match(client: httpx.AsyncClient) -> None:
     session = await create_session(client)
     url = f"/v1/sessions/{session['session_id']}"
