@@ -21,6 +21,9 @@ from app.db.pool import Database
 from app.errors import Conflict, SwitchboardError, ValidationFailed, problem_body
 from app.webhooks import repository as repo
 
+# A request still "in progress" after this long died with its process; a retry may run.
+IN_PROGRESS_TIMEOUT = timedelta(minutes=2)
+
 
 @dataclass(frozen=True, slots=True)
 class StoredResponse:
@@ -100,7 +103,12 @@ class IdempotencyService:
                 existing = await repo.get_key(conn, principal, key)
                 if existing is None:
                     continue  # it vanished between the two statements: claim again
-                if existing.expires_at <= now:
+                abandoned = (
+                    existing.status != "completed"
+                    and existing.created_at < now - IN_PROGRESS_TIMEOUT
+                )
+                if existing.expires_at <= now or abandoned:
+                    # Expired, or its first request died mid-way: the key is free again.
                     await repo.forget_key(conn, principal, key)
                     continue
                 if existing.endpoint != endpoint or existing.request_hash != fingerprint:

@@ -22,6 +22,7 @@ class IdempotencyRecord:
     status: str
     response_status: int | None
     response_body: Any
+    created_at: datetime
     expires_at: datetime
 
 
@@ -52,6 +53,7 @@ async def get_key(conn: Connection, principal: str, key: str) -> IdempotencyReco
         status=row["status"],
         response_status=row["response_status"],
         response_body=row["response_body"],
+        created_at=row["created_at"],
         expires_at=row["expires_at"],
     )
 

@@ -310,3 +310,27 @@ async def test_signed_requests(client: httpx.AsyncClient) -> None:
     )
     half = {"content-type": "application/json", "X-Switchboard-Signature": "v1=00"}
     assert_problem(await client.post("/webhooks/n8n/cleanup", content=body, headers=half), 401)
+
+
+async def test_a_key_left_in_progress_by_a_dead_request_is_freed(
+    client: httpx.AsyncClient, database_url: str
+) -> None:
+    import asyncpg
+
+    conn = await asyncpg.connect(database_url)
+    try:
+        await conn.execute(
+            "INSERT INTO idempotency_keys (principal, key, endpoint, request_hash, status,"
+            " created_at, expires_at) VALUES ('admin', 'stuck', '/webhooks/n8n/cleanup',"
+            " '\\x00', 'in_progress', now() - interval '10 minutes', now() + interval '1 day')"
+        )
+    finally:
+        await conn.close()
+    response = await client.post(
+        "/webhooks/n8n/cleanup", json={"dry_run": True}, headers={"Idempotency-Key": "stuck"}
+    )
+    assert response.status_code == 200, response.text
+    fresh = await client.post(
+        "/webhooks/n8n/cleanup", json={"dry_run": True}, headers={"Idempotency-Key": "fresh"}
+    )
+    assert fresh.status_code == 200
