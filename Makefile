@@ -6,14 +6,15 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.switchboard-installed
 
-.PHONY: run test lint format migrate install clean-data help bench bench-quick
+.PHONY: run test lint format migrate install clean-data help bench bench-quick drills
 
 help:
 	@echo "make run     serve the API (and scheduler) on \$${SWITCHBOARD_HOST:-127.0.0.1}:\$${SWITCHBOARD_PORT:-8080}"
 	@echo "make test    run the whole test suite against a real PostgreSQL"
 	@echo "make lint    ruff (lint + format check) and mypy --strict"
 	@echo "make migrate apply migrations to SWITCHBOARD_DATABASE_URL (or the embedded server)"
-	@echo "make bench   benchmarks against their ceilings (bench-quick: about 2 minutes)"
+	@echo "make bench   benchmarks against their ceilings (bench-quick: about 3 minutes)"
+	@echo "make drills  fault drills (own embedded PostgreSQL, bounded, 127.0.0.1 only)"
 
 $(STAMP): requirements/runtime.txt requirements/dev.txt pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -46,6 +47,9 @@ bench: $(STAMP)
 
 bench-quick: $(STAMP)
 	$(BIN)/python -m bench.run --quick
+
+drills: $(STAMP)
+	$(BIN)/python -m drills.postgres_restart
 
 clean-data:
 	-$(BIN)/switchboard embedded-stop
