@@ -50,6 +50,7 @@ bench-quick: $(STAMP)
 
 drills: $(STAMP)
 	$(BIN)/python -m drills.postgres_restart
+	$(BIN)/python -m drills.kill_during_sweep
 
 clean-data:
 	-$(BIN)/switchboard embedded-stop
