@@ -51,6 +51,7 @@ bench-quick: $(STAMP)
 drills: $(STAMP)
 	$(BIN)/python -m drills.postgres_restart
 	$(BIN)/python -m drills.kill_during_sweep
+	$(BIN)/python -m drills.three_replicas_one_day
 
 clean-data:
 	-$(BIN)/switchboard embedded-stop
