@@ -52,6 +52,7 @@ drills: $(STAMP)
 	$(BIN)/python -m drills.postgres_restart
 	$(BIN)/python -m drills.kill_during_sweep
 	$(BIN)/python -m drills.three_replicas_one_day
+	$(BIN)/python -m drills.fuzz
 
 clean-data:
 	-$(BIN)/switchboard embedded-stop

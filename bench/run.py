@@ -44,6 +44,7 @@ from app.db.migrate import upgrade  # noqa: E402
 from app.db.pool import Database  # noqa: E402
 from app.maintenance.service import MaintenanceService  # noqa: E402
 from app.settings import DatabaseSettings, SchedulerSettings, SessionSettings  # noqa: E402
+from bench.serve import spawn  # noqa: E402
 from tests import dbutil  # noqa: E402
 
 ADMIN = "bench-admin-key-0123456789abcdef"
@@ -66,20 +67,7 @@ class Server:
 
     def __init__(self, target: str, env: dict[str, str]) -> None:
         self.port = free_port()
-        self.proc = subprocess.Popen(
-            pinned(0, [PYTHON, "-m", "bench.serve", target, str(self.port)]),
-            cwd=ROOT,
-            env={**os.environ, **env},
-        )
-        probe = "/constant" if target == "ceiling" else "/health"
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"http://127.0.0.1:{self.port}{probe}", timeout=1).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                time.sleep(0.2)
-        raise RuntimeError(f"{target} did not start")
+        self.proc = spawn(target, self.port, env, cpu=0)
 
     def rss_mib(self) -> float:
         return round(psutil.Process(self.proc.pid).memory_info().rss / 2**20, 1)

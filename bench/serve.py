@@ -4,9 +4,40 @@ httptools, no access log. ``python -m bench.serve ceiling|switchboard PORT``."""
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 import sys
+import time
+from pathlib import Path
 
+import httpx
 import uvicorn
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def spawn(
+    target: str, port: int, env: dict[str, str], cpu: int | None = None
+) -> subprocess.Popen[bytes]:
+    """Start ``target`` in a process of its own (pinned to ``cpu`` if given) and wait until it
+    answers; used by the benchmarks, the drills and the fuzz smoke test."""
+    command = [sys.executable, "-m", "bench.serve", target, str(port)]
+    if cpu is not None and shutil.which("taskset"):
+        command = ["taskset", "-c", str(cpu), *command]
+    process = subprocess.Popen(command, cwd=ROOT, env={**os.environ, **env})
+    probe = f"http://127.0.0.1:{port}" + ("/constant" if target == "ceiling" else "/ready")
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(probe, timeout=1).status_code == 200:
+                return process
+        except httpx.HTTPError:
+            pass
+        if process.poll() is not None:
+            break
+        time.sleep(0.2)
+    process.terminate()
+    raise RuntimeError(f"{target} did not start on port {port}")
 
 
 def main() -> None:

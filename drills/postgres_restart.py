@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -28,6 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from app.db.migrate import upgrade  # noqa: E402
+from bench.serve import spawn  # noqa: E402
 
 ADMIN = "drill-admin-key-0123456789abcdef"
 WRITERS = 8
@@ -74,25 +74,15 @@ async def drill() -> dict[str, Any]:
         await asyncio.to_thread(upgrade, url)
         port = 18000 + os.getpid() % 1000
         env = {
-            **os.environ,
             "SWITCHBOARD_DATABASE_URL": url,
             "SWITCHBOARD_ADMIN_KEY": ADMIN,
             "SWITCHBOARD_RATE_LIMIT_PER_SECOND": "0",
             "SWITCHBOARD_DATABASE_COMMAND_TIMEOUT": "2",
             "SWITCHBOARD_DATABASE_ACQUIRE_TIMEOUT": "2",
         }
-        app = subprocess.Popen(
-            [sys.executable, "-m", "bench.serve", "switchboard", str(port)], cwd=ROOT, env=env
-        )
+        app = spawn("switchboard", port, env)
         base = f"http://127.0.0.1:{port}"
         try:
-            for _ in range(100):
-                try:
-                    if httpx.get(f"{base}/ready", timeout=1).status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    pass
-                await asyncio.sleep(0.2)
             t0 = time.monotonic()
             log: list[dict[str, Any]] = []
             writers = [asyncio.create_task(load(base, log, t0 + TOTAL)) for _ in range(WRITERS)]
