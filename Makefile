@@ -49,6 +49,7 @@ bench-quick: $(STAMP)
 	$(BIN)/python -m bench.run --quick
 
 drills: $(STAMP)
+	$(BIN)/python -m pytest -m drill $(PYTEST_ARGS)
 	$(BIN)/python -m drills.postgres_restart
 	$(BIN)/python -m drills.kill_during_sweep
 	$(BIN)/python -m drills.three_replicas_one_day

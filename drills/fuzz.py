@@ -34,8 +34,11 @@ def free_port() -> int:
         return port
 
 
-def fuzz(base: str, auth_header: str, examples: int) -> dict[str, Any]:
-    """Run schemathesis once; cases generated and server errors found."""
+def fuzz(
+    base: str, auth_header: str, examples: int, phases: str = "examples,coverage,fuzzing"
+) -> dict[str, Any]:
+    """Run schemathesis once; cases generated, server errors found, and operations where
+    schemathesis itself failed (its own errors, not the server's, reported apart)."""
     result = subprocess.run(
         [
             str(SCHEMATHESIS),
@@ -58,15 +61,19 @@ def fuzz(base: str, auth_header: str, examples: int) -> dict[str, Any]:
         timeout=900,
     )
     counted = re.search(r"(\d+) generated", result.stdout)
-    failures = re.findall(r"^_+ (\S+ \S+) _+$", result.stdout, re.M)
+    sections = re.split(r"^_+ (\S+ \S+) _+$", result.stdout, flags=re.M)
+    server_errors, tool_errors = [], []
+    for operation, text in zip(sections[1::2], sections[2::2], strict=True):
+        (server_errors if "Server error" in text else tool_errors).append(operation)
     return {
         "cases": int(counted.group(1)) if counted else 0,
-        "server_errors": failures,
+        "server_errors": server_errors,
+        "tool_errors": tool_errors,
         "exit_code": result.returncode,
     }
 
 
-def run(url: str, examples: int) -> dict[str, Any]:
+def run(url: str, examples: int, phases: str = "examples,coverage,fuzzing") -> dict[str, Any]:
     """Fuzz a Switchboard served on ``url``'s database as the admin and as an agent."""
     port = free_port()
     server = spawn(
@@ -89,8 +96,8 @@ def run(url: str, examples: int) -> dict[str, Any]:
         created.raise_for_status()
         agent_key = created.json()["api_key"]
         return {
-            "admin": fuzz(base, f"Authorization: Bearer {ADMIN}", examples),
-            "agent": fuzz(base, f"X-API-Key: {agent_key}", examples),
+            "admin": fuzz(base, f"Authorization: Bearer {ADMIN}", examples, phases),
+            "agent": fuzz(base, f"X-API-Key: {agent_key}", examples, phases),
         }
     finally:
         server.terminate()
