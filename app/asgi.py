@@ -52,6 +52,7 @@ from app.memories.controller import (
     UserMemoriesController,
 )
 from app.memories.service import MemoryService
+from app.metrics import MetricsController, RequestMetrics, metrics_middleware
 from app.sessions.controller import SessionController, UserSessionsController
 from app.sessions.service import SessionService
 from app.settings import Settings
@@ -145,6 +146,7 @@ def create_app(
         maintenance,
     )
     idempotency = IdempotencyService(database, clock, settings.webhooks.idempotency_ttl)
+    request_metrics = RequestMetrics()
     scheduler = (
         Scheduler(maintenance, events)
         if (settings.scheduler.enabled if run_scheduler is None else run_scheduler)
@@ -195,6 +197,7 @@ def create_app(
             SubscriptionController,
             EventController,
             N8nWebhookController,
+            *([MetricsController] if settings.server.metrics_enabled else []),
         ],
         dependencies={
             "database": provide(database),
@@ -206,9 +209,14 @@ def create_app(
             "maintenance": provide(maintenance),
             "events": provide(events),
             "hooks": provide(webhooks),
+            "request_metrics": provide(request_metrics),
+            "breakers": provide(breakers),
             "idempotency": provide(idempotency),
         },
-        middleware=[DefineMiddleware(ApiKeyAuthMiddleware, exclude=PUBLIC_PATHS)],
+        middleware=[
+            metrics_middleware,
+            DefineMiddleware(ApiKeyAuthMiddleware, exclude=PUBLIC_PATHS),
+        ],
         before_request=require_json_body,
         exception_handlers=EXCEPTION_HANDLERS,
         request_max_body_size=settings.server.max_body_bytes,
@@ -218,6 +226,7 @@ def create_app(
                 "agent_service": agent_service,
                 "settings": settings,
                 "clock": clock,
+                "request_metrics": request_metrics,
                 "rate_limiter": RateLimiter(
                     settings.server.rate_limit_per_second, settings.server.rate_limit_burst
                 ),

@@ -28,6 +28,8 @@ class ServerSettings(BaseSettings):
     # 0 turns rate limiting off.
     rate_limit_per_second: float = Field(default=100.0, ge=0)
     rate_limit_burst: PositiveInt = 200
+    # GET /metrics (Prometheus text, no key); false removes the route.
+    metrics_enabled: bool = True
 
 
 class DatabaseSettings(BaseSettings):

@@ -16,8 +16,8 @@ if TYPE_CHECKING:
     from app.agents.service import AgentService
     from app.auth.ratelimit import RateLimiter
 
-# Paths anyone may call: liveness, readiness, the OpenAPI document and agent cards.
-PUBLIC_PATHS = ["^/health$", "^/ready$", "^/schema", "^/.well-known/"]
+# Paths anyone may call: liveness, readiness, metrics, the OpenAPI document and agent cards.
+PUBLIC_PATHS = ["^/health$", "^/ready$", "^/metrics$", "^/schema", "^/.well-known/"]
 
 
 def presented_key(connection: ASGIConnection[Any, Any, Any, Any]) -> str | None:

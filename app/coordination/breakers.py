@@ -84,6 +84,10 @@ class BreakerRegistry:
             self._settings[agent.name] = settings
         return breaker
 
+    def snapshots(self) -> list[BreakerSnapshot]:
+        """Every breaker this replica holds, by agent name."""
+        return [self._breakers[name].snapshot() for name in sorted(self._breakers)]
+
     def peek(self, agent_name: str) -> BreakerSnapshot | None:
         """The current state of an agent's breaker, if it has one on this replica."""
         breaker = self._breakers.get(agent_name)

@@ -13,7 +13,7 @@ from app.settings import DatabaseSettings, ServerSettings, Settings
 from tests.conftest import ADMIN_KEY, app_client
 from tests.integration.helpers import assert_problem
 
-PUBLIC = {"/health", "/ready"}
+PUBLIC = {"/health", "/ready", "/metrics"}
 
 
 async def test_no_key_is_401_with_challenge(anon: httpx.AsyncClient) -> None:

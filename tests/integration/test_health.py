@@ -34,3 +34,31 @@ async def test_ready_is_503_problem_when_database_is_unreachable(
     assert response.headers["content-type"].startswith("application/problem+json")
     assert response.headers["retry-after"] == "1"
     assert response.json()["status"] == 503
+
+
+async def test_metrics_count_requests_and_show_breakers_and_jobs(
+    client: httpx.AsyncClient, anon: httpx.AsyncClient
+) -> None:
+    await client.get("/v1/agents")
+    await anon.get("/v1/agents")  # 401
+    await client.post("/v1/agents/Educate_Customer_Agent/breaker", json={"state": "open"})
+    await client.post("/v1/jobs/archival/run")
+    response = await anon.get("/metrics")
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/plain")
+    text = response.text
+    assert 'switchboard_http_requests_total{method="GET",route="/v1/agents",status="200"} 1' in text
+    assert 'switchboard_http_requests_total{method="GET",route="/v1/agents",status="401"} 1' in text
+    assert 'switchboard_http_request_seconds_count{method="GET",route="/v1/agents"} 2' in text
+    assert 'switchboard_breaker_state{agent="Educate_Customer_Agent",state="forced_open"} 1' in text
+    assert 'switchboard_job_last_run_succeeded{job="archival"} 1' in text
+    assert 'switchboard_db_pool_connections{state="open"}' in text
+
+
+async def test_metrics_can_be_turned_off(server_url: str, database_url: str) -> None:
+    from app.settings import ServerSettings
+
+    settings = Settings(server=ServerSettings(metrics_enabled=False))
+    app = create_app(settings, database_url=database_url, admin_key=ADMIN_KEY, run_scheduler=False)
+    async with lifespan_of(app), app_client(app) as client:
+        assert (await client.get("/metrics")).status_code == 404
