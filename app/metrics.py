@@ -90,7 +90,8 @@ def metrics_middleware(app: ASGIApp) -> ASGIApp:
             await app(scope, receive, capture)
         except Exception as exc:
             # Errors raised here become responses further out (the problem+json handlers).
-            status = int(getattr(exc, "status", None) or getattr(exc, "status_code", 500))
+            code: Any = getattr(exc, "status", None) or getattr(exc, "status_code", None)
+            status = int(code) if isinstance(code, int) else 500
             raise
         finally:
             registry: RequestMetrics = scope["app"].state.request_metrics
