@@ -46,6 +46,7 @@ class BreakerRegistry:
         self._pending: set[asyncio.Task[None]] = set()
         self._listener: asyncpg.Connection[asyncpg.Record] | None = None
         self._sync_task: asyncio.Task[None] | None = None
+        self._stopping = asyncio.Event()
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -63,9 +64,15 @@ class BreakerRegistry:
     async def stop(self) -> None:
         """Stop following, and finish publishing what is still in flight."""
         if self._sync_task is not None:
-            self._sync_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._sync_task
+            # Ask the loop to stop rather than cancel it: a cancelled asyncpg.connect() can
+            # leave a future whose error nobody retrieves.
+            self._stopping.set()
+            try:
+                await asyncio.wait_for(self._sync_task, timeout=10)
+            except TimeoutError:
+                self._sync_task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await self._sync_task
             self._sync_task = None
         await self._close_listener()
         if self._pending:
@@ -179,17 +186,16 @@ class BreakerRegistry:
             logger.warning("ignored a malformed breaker notification", exc_info=True)
 
     async def _keep_in_sync(self) -> None:
-        while True:
+        while not self._stopping.is_set():
             try:
                 if self._listener is None or self._listener.is_closed():
                     await self._open_listener()
                 await self.sync()
-            except asyncio.CancelledError:
-                raise
             except Exception:
                 logger.warning("breaker sync failed; retrying", exc_info=True)
                 await self._close_listener()
-            await asyncio.sleep(self._sync_interval)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), timeout=self._sync_interval)
 
     async def _open_listener(self) -> None:
         await self._close_listener()
