@@ -7,6 +7,7 @@ import hmac
 import logging
 import os
 import secrets
+import tempfile
 from pathlib import Path
 
 logger = logging.getLogger("switchboard.auth")
@@ -38,12 +39,20 @@ def load_or_create_admin_key(path: Path) -> str:
         return key
     path.parent.mkdir(parents=True, exist_ok=True)
     key = generate_key()
-    # O_EXCL: two processes starting together must not each write a different key.
+    # Write a private temporary file, then link it into place: link() fails when the name
+    # exists, so two processes starting together agree on one key, and neither can read a
+    # file the other has created but not yet written.
+    fd, temporary = tempfile.mkstemp(prefix=".admin-key-", dir=path.parent)
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        return load_or_create_admin_key(path)
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        handle.write(key + "\n")
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(key + "\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        try:
+            os.link(temporary, path)
+        except FileExistsError:
+            return load_or_create_admin_key(path)
+    finally:
+        os.unlink(temporary)
     logger.warning("generated a new admin key in %s (mode 0600)", path)
     return key
