@@ -55,8 +55,10 @@ def decode_time_id_cursor(cursor: str) -> tuple[datetime, UUID]:
     created_at, row_id = decode_cursor(cursor, 2)
     try:
         when, ident = datetime.fromisoformat(str(created_at)), UUID(str(row_id))
-    except ValueError:
+        if when.tzinfo is None:
+            raise ValueError("naive time")
+        # A far-out offset can push the instant past year 9999; the driver would overflow.
+        when = when.astimezone(UTC)
+    except (ValueError, OverflowError):
         raise BadRequest("The cursor is not one this server issued.", parameter="cursor") from None
-    if when.tzinfo is None:
-        raise BadRequest("The cursor is not one this server issued.", parameter="cursor")
     return when, ident

@@ -11,7 +11,8 @@ from typing import Any
 
 from app.errors import BadRequest, PreconditionRequired, ValidationFailed
 
-_ENTITY_TAG = re.compile(r'\s*(W/)?"(\d{1,18})"\s*')
+# [0-9], not \d: \d also matches other scripts' digits, which int() would then accept.
+_ENTITY_TAG = re.compile(r'[ \t]*(W/)?"([0-9]{1,18})"[ \t]*')
 
 
 def etag(version: int) -> str:
