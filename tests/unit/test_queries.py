@@ -1,0 +1,200 @@
+"""The named-query loader, and the shape of every statement in sql/queries."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from app.db.queries import QUERIES, QUERY_DIR, Queries, parse_named_queries
+
+# What PostgreSQL ignores when it looks for $n parameters: string literals and line comments.
+_LITERAL_OR_COMMENT = re.compile(r"'(?:[^']|'')*'|--[^\n]*")
+# str.format / %-formatting placeholders: SQL must never be assembled from strings. Checked
+# on the whole text, literals included (a placeholder in quotes is the classic injection);
+# the price is that a one-element array literal such as '{admin}' must be written ARRAY[...].
+_FORMAT_PLACEHOLDER = re.compile(r"\{\s*[A-Za-z_][A-Za-z0-9_.]*\s*(?:![rsa])?(?::[^{}]*)?\}")
+_PERCENT_PLACEHOLDER = re.compile(r"%(?:\([A-Za-z_][A-Za-z0-9_]*\))?[sdr]")
+_PARAMETER = re.compile(r"\$(\d+)")
+
+
+def executable_text(statement: str) -> str:
+    """The statement without its literals and comments."""
+    return _LITERAL_OR_COMMENT.sub(" ", statement)
+
+
+def all_statements() -> list[tuple[str, str, str]]:
+    """(file, name, statement) for every query the application can run."""
+    return [
+        (stem, name, getattr(query_file, name))
+        for stem, query_file in QUERIES.files().items()
+        for name in query_file.names()
+    ]
+
+
+STATEMENTS = all_statements()
+
+
+def test_blocks_are_split_by_name_markers() -> None:
+    text = (
+        "-- File header: ignored, it comes before the first marker.\n"
+        "\n"
+        "-- name: first\n"
+        "SELECT 1\n"
+        "\n"
+        "-- name: second_2\n"
+        "-- A comment that belongs to the statement.\n"
+        "SELECT $1\n"
+        "FROM t\n"
+        "--name:third\n"
+        "SELECT 3\n"
+    )
+    parsed = parse_named_queries(text, "x.sql")
+    assert parsed == {
+        "first": "SELECT 1",
+        "second_2": "-- A comment that belongs to the statement.\nSELECT $1\nFROM t",
+        "third": "SELECT 3",
+    }
+    assert list(parsed) == ["first", "second_2", "third"]
+
+
+def test_trailing_semicolons_and_whitespace_are_stripped() -> None:
+    parsed = parse_named_queries(
+        "-- name: a\nSELECT 1;\n\n-- name: b\n  SELECT 2 ;  \n-- name: c\nSELECT 3;;\n", "x.sql"
+    )
+    assert parsed == {"a": "SELECT 1", "b": "SELECT 2", "c": "SELECT 3"}
+
+
+def test_inner_semicolons_are_kept() -> None:
+    parsed = parse_named_queries("-- name: a\nSELECT ';' AS semicolon;\n", "x.sql")
+    assert parsed == {"a": "SELECT ';' AS semicolon"}
+
+
+def test_text_without_markers_has_no_statements() -> None:
+    assert parse_named_queries("SELECT 1;\n-- just a comment\n", "x.sql") == {}
+
+
+def test_a_marker_must_be_a_whole_line() -> None:
+    parsed = parse_named_queries("-- name: a\nSELECT 1 -- name: b\n", "x.sql")
+    assert parsed == {"a": "SELECT 1 -- name: b"}
+
+
+def test_duplicate_names_are_rejected() -> None:
+    with pytest.raises(ValueError, match=r"dup\.sql.*'a'.*twice"):
+        parse_named_queries(
+            "-- name: a\nSELECT 1\n-- name: b\nSELECT 2\n-- name: a\nSELECT 3\n", "dup.sql"
+        )
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "-- name: a\n",
+        "-- name: a",
+        "-- name: a\n   \n\n",
+        "-- name: a\n;\n",
+        "-- name: a\n;;\n",
+        "-- name: a\n-- name: b\nSELECT 1\n",
+        "-- name: b\nSELECT 1\n-- name: a\n\n",
+    ],
+)
+def test_empty_blocks_are_rejected(text: str) -> None:
+    with pytest.raises(ValueError, match=r"empty\.sql.*'a'.*empty"):
+        parse_named_queries(text, "empty.sql")
+
+
+def test_every_query_file_is_loaded() -> None:
+    on_disk = sorted(path.stem for path in QUERY_DIR.glob("*.sql"))
+    assert on_disk, "no query files found"
+    assert sorted(QUERIES.files()) == on_disk
+    for stem in on_disk:
+        assert QUERIES.files()[stem].names(), f"{stem}.sql defines no queries"
+
+
+def test_every_marker_line_in_the_files_is_recognised() -> None:
+    # A marker the loader does not recognise (say "-- name: getUser") would silently glue
+    # its statement onto the previous one.
+    for stem, query_file in QUERIES.files().items():
+        text = query_file.path.read_text(encoding="utf-8")
+        markers = [
+            line.split(":", 1)[1].strip()
+            for line in text.splitlines()
+            if re.match(r"\s*--\s*name\s*:", line, re.IGNORECASE)
+        ]
+        assert markers == query_file.names(), stem
+
+
+def test_statements_are_reachable_as_attributes() -> None:
+    stem, name, statement = STATEMENTS[0]
+    assert getattr(getattr(QUERIES, stem), name) == statement
+    with pytest.raises(AttributeError, match="no query named"):
+        _ = getattr(QUERIES, stem).no_such_query
+    with pytest.raises(AttributeError, match="no query file"):
+        _ = QUERIES.no_such_file
+
+
+def test_a_directory_is_loaded_file_by_file(tmp_path: Path) -> None:
+    directory = tmp_path
+    (directory / "b.sql").write_text("-- name: one\nSELECT 1;\n", encoding="utf-8")
+    (directory / "a.sql").write_text("-- name: two\nSELECT 2\n", encoding="utf-8")
+    (directory / "ignored.txt").write_text("-- name: three\nSELECT 3\n", encoding="utf-8")
+    queries = Queries(directory)
+    assert list(queries.files()) == ["a", "b"]
+    assert queries.b.one == "SELECT 1"
+    assert queries.a.two == "SELECT 2"
+
+
+def test_there_are_statements_to_check() -> None:
+    assert len(STATEMENTS) > 50
+
+
+@pytest.mark.parametrize(
+    ("stem", "name", "statement"),
+    STATEMENTS,
+    ids=[f"{stem}.{name}" for stem, name, _ in STATEMENTS],
+)
+def test_statement_shape(stem: str, name: str, statement: str) -> None:
+    assert statement.strip(), f"{stem}.{name} is empty"
+    assert executable_text(statement).strip(), f"{stem}.{name} is only comments"
+    assert not statement.rstrip().endswith(";")
+    assert not _FORMAT_PLACEHOLDER.search(statement), _FORMAT_PLACEHOLDER.findall(statement)
+    assert not _PERCENT_PLACEHOLDER.search(statement), _PERCENT_PLACEHOLDER.findall(statement)
+    numbers = sorted({int(n) for n in _PARAMETER.findall(executable_text(statement))})
+    assert numbers == list(range(1, len(numbers) + 1)), f"{stem}.{name} uses ${numbers}"
+
+
+@pytest.mark.parametrize(
+    ("statement", "numbers"),
+    [
+        ("SELECT $1, $2", [1, 2]),
+        ("SELECT $2, $1, $2", [1, 2]),
+        ("SELECT 1 -- $1 in a comment\n", []),
+        ("SELECT '$1' AS literal, $1", [1]),
+        ("SELECT 'it''s $3', $1", [1]),
+        ("SELECT $10, $2", [2, 10]),
+    ],
+)
+def test_parameter_scan(statement: str, numbers: list[int]) -> None:
+    # The scan above is only as good as this helper: it must see real parameters only.
+    assert sorted({int(n) for n in _PARAMETER.findall(executable_text(statement))}) == numbers
+
+
+@pytest.mark.parametrize(
+    ("text", "placeholder"),
+    [
+        ("SELECT * FROM {table}", True),
+        ("SELECT {0}", False),
+        ("SELECT * FROM t WHERE id = {ident!r}", True),
+        ("SELECT coalesce(x, '{}')", False),
+        ("SELECT '{a,b}'::text[]", False),
+        ("SELECT '{admin}'::text[]", True),
+        ("SELECT '{\"key\": 1}'::jsonb", False),
+        ("WHERE name = %s", True),
+        ("WHERE name = %(name)s", True),
+        ("WHERE name LIKE 'a%'", False),
+    ],
+)
+def test_placeholder_patterns(text: str, placeholder: bool) -> None:
+    found = bool(_FORMAT_PLACEHOLDER.search(text) or _PERCENT_PLACEHOLDER.search(text))
+    assert found is placeholder
