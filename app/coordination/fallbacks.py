@@ -16,6 +16,11 @@ from uuid import UUID
 
 from app.coordination import repository as repo
 from app.db.pool import Connection
+from app.memories.schemas import Memory
+
+# Reads the user's profile memories on the given connection, under the access rules of
+# whoever sent the message, and audits the read (MemoryService.read_user_category).
+ProfileReader = Callable[[Connection], Awaitable[list[Memory]]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,6 +33,7 @@ class FallbackContext:
     failed_agent: str | None
     user_id: UUID
     now: datetime
+    read_profile: ProfileReader
     # For direct_agent_routing: the agent the keyword rules would pick, if any.
     routed_agent: str | None = None
     routed_intent: str | None = None
@@ -121,7 +127,9 @@ async def basic_budget_template(
 ) -> FallbackResult:
     """A 50/30/20 budget, in amounts when the user's profile says what they earn."""
     split = {k: float(v) for k, v in dict(template.get("split", {})).items()}
-    profile = await repo.user_profile_contents(conn, ctx.user_id, ctx.now)
+    # Only what the caller may read: an income at a level it lacks the role for is not used.
+    memories = sorted(await ctx.read_profile(conn), key=lambda m: m.updated_at, reverse=True)
+    profile = [(m.key, m.content) for m in memories]
     income = _monthly_income(profile, [str(k) for k in template.get("income_keys", [])])
     if income is None:
         parts = {name: f"{share:g}%" for name, share in split.items()}

@@ -106,14 +106,6 @@ async def educational_content(conn: Connection) -> list[asyncpg.Record]:
     return list(await conn.fetch(Q.educational_content))
 
 
-async def user_profile_contents(
-    conn: Connection, user_id: UUID, now: datetime
-) -> list[tuple[str | None, Any]]:
-    """(key, content) of a user's live profile memories, newest first."""
-    rows = await conn.fetch(Q.user_profile_contents, user_id, now)
-    return [(row["key"], row["content"]) for row in rows]
-
-
 async def list_breakers(conn: Connection) -> list[asyncpg.Record]:
     """Every published breaker state."""
     return list(await conn.fetch(Q.list_breakers))

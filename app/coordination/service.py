@@ -44,7 +44,7 @@ from app.coordination.schemas import (
 )
 from app.db.pool import Connection, Database
 from app.errors import Conflict, NotFound, SwitchboardError
-from app.memories.schemas import MemoryUpsert, MemoryWrite
+from app.memories.schemas import Memory, MemoryUpsert, MemoryWrite
 from app.memories.service import MemoryService
 from app.sessions.schemas import Session, SessionContent
 from app.sessions.service import SessionService, content_of
@@ -54,6 +54,9 @@ from app.settings import CoordinationSettings
 _CRITICAL_PRIORITIES = frozenset({"high", "urgent"})
 # A queued action whose agent keeps failing is tried this many times, then marked failed.
 MAX_PENDING_ATTEMPTS = 3
+# Where fallbacks look for what the user told us about their finances, and how much of it.
+PROFILE_CATEGORY = "user_profile"
+PROFILE_READ_LIMIT = 50
 
 
 def _view(intent: DetectedIntent, rules: IntentRules) -> IntentView:
@@ -280,7 +283,9 @@ class CoordinationService:
             if call.ok and call.response is not None:
                 memory_outcome = await self._apply_memory_updates(chosen, session, call.response)
             else:
-                fallback = await self._fallback(chosen, session, text, prio.primary, rules, agents)
+                fallback = await self._fallback(
+                    chosen, session, text, prio.primary, rules, agents, principal
+                )
 
         if prio.clarification is not None:
             reply = prio.clarification.question
@@ -557,7 +562,10 @@ class CoordinationService:
         primary: DetectedIntent,
         rules: IntentRules,
         agents: list[RoutingAgent],
+        principal: Principal,
     ) -> FallbackResult:
+        """The failed agent's rule-based answer. What it reads of the user's memories, it
+        reads as ``principal`` (whoever sent the message and sees the answer)."""
         routed_agent = routed_intent = None
         if agent.fallback_strategy == "direct_agent_routing":
             for candidate in detect_intents(text, rules, []):
@@ -565,13 +573,26 @@ class CoordinationService:
                 if target is not None and target.name != agent.name:
                     routed_agent, routed_intent = target.name, candidate.intent
                     break
+        strategy = agent.fallback_strategy or ""
+
+        async def read_profile(conn: Connection) -> list[Memory]:
+            return await self._memories.read_user_category(
+                conn,
+                session.user_id,
+                PROFILE_CATEGORY,
+                principal,
+                purpose=f"fallback:{strategy}",
+                limit=PROFILE_READ_LIMIT,
+            )
+
         ctx = FallbackContext(
-            strategy=agent.fallback_strategy or "",
+            strategy=strategy,
             text=text,
             intent=primary.intent,
             failed_agent=agent.name,
             user_id=session.user_id,
             now=self._clock.now(),
+            read_profile=read_profile,
             routed_agent=routed_agent,
             routed_intent=routed_intent,
         )

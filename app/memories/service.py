@@ -294,6 +294,31 @@ class MemoryService:
             )
         return MemoryPage(items=page, next_cursor=next_cursor)
 
+    async def read_user_category(
+        self,
+        conn: Connection,
+        user_id: UUID,
+        category: str,
+        principal: Principal,
+        purpose: str,
+        limit: int,
+    ) -> list[Memory]:
+        """A user's live memories of one category that ``principal`` may read, newest first,
+        for a read the server does on the caller's behalf (a fallback filling in a template).
+
+        Runs on the caller's connection so it needs no second one from the pool; the same
+        access-checked statement as ``GET /v1/memories`` and one audited list row, with
+        ``purpose`` in its query so the trail says why the read happened.
+        """
+        now = self._clock.now()
+        where = MemoryFilter(user_id=user_id, category=category)
+        items = await repo.list_memories(conn, where, FIRST_PAGE, now, reader_of(principal), limit)
+        query = {"user_id": str(user_id), "category": category, "purpose": purpose}
+        await repo.insert_access_logs(
+            conn, [self._entry(principal, "list", None, query, True, len(items), now)]
+        )
+        return items
+
     async def context(
         self, session_id: UUID, principal: Principal, limit: int, max_bytes: int | None
     ) -> SessionContext:

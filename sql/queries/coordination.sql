@@ -67,14 +67,6 @@ SELECT template FROM fallback_strategies WHERE name = $1
 -- name: educational_content
 SELECT topic, title, keywords, body FROM educational_content ORDER BY topic
 
--- name: user_profile_contents
--- Live profile memories of a user (internal read for the budget template fallback).
-SELECT key, content FROM memories
-WHERE user_id = $1 AND category = 'user_profile'
-  AND (expires_at IS NULL OR expires_at > $2)
-ORDER BY updated_at DESC
-LIMIT 50
-
 -- name: list_breakers
 SELECT agent_name, state, failure_count, opened_at, version, updated_by, updated_at
 FROM agent_breakers

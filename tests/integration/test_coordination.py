@@ -256,6 +256,47 @@ async def test_budget_fallback_uses_the_profile_income(client: httpx.AsyncClient
     assert result["output_data"]["amounts"] == {"needs": 2000.0, "wants": 1200.0, "savings": 800.0}
 
 
+async def test_budget_fallback_reads_the_profile_under_the_callers_access_rules(
+    client: httpx.AsyncClient, make_agent_client: Any
+) -> None:
+    user_id = await create_user(client)
+    income = {
+        "user_id": user_id,
+        "category": "user_profile",
+        "key": "finances",
+        "memory_type": "data_collection",
+        "content": {"monthly_income": 4000},
+    }  # user_profile defaults to authorized_agents: the financial role reads it
+    assert (await client.put("/v1/memories/by-key", json=income)).status_code == 201
+    session = await create_session(client, user_id=user_id)
+    sid = session["session_id"]
+
+    outsider = await make_agent_client("Chat_Frontend", ["analytics"])
+    async with outsider:
+        result = await send(outsider, sid, "make me a budget")
+    assert result["fallback"] == "basic_budget_template"
+    assert result["output_data"]["monthly_income"] is None
+    assert result["output_data"]["amounts"] is None
+    assert "4,000" not in result["response"]
+    assert "2,000" not in result["response"]
+    assert "50%" in result["response"]
+
+    insider = await make_agent_client("Advisor_Frontend", ["authorized"])
+    async with insider:
+        result = await send(insider, sid, "make me a budget")
+    assert result["output_data"]["monthly_income"] == 4000.0
+
+    # Both reads are in the audit trail, under the caller, with what each got back.
+    for agent_name, rows in (("Chat_Frontend", 0), ("Advisor_Frontend", 1)):
+        log = (await client.get("/v1/audit/memory", params={"agent": agent_name})).json()
+        reads = [e for e in log["items"] if e["action"] == "list"]
+        assert len(reads) == 1, log
+        assert reads[0]["allowed"] is True
+        assert reads[0]["rows"] == rows
+        assert reads[0]["query"]["user_id"] == user_id
+        assert reads[0]["query"]["category"] == "user_profile"
+
+
 async def test_change_fallback_queues_the_analysis(client: httpx.AsyncClient) -> None:
     session = await create_session(client)
     result = await send(client, session["session_id"], "change my savings rate to 15%")
