@@ -99,7 +99,8 @@ JOBS: dict[str, Job] = {
         ),
         Job(
             "expiry_cleanup",
-            "expired sessions move to the archive (restorable for the recovery window)",
+            "expired sessions (not completed ones) move to the archive (restorable for the "
+            "recovery window)",
             lambda s: s.expiry_interval,
             (
                 Step(

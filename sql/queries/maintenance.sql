@@ -142,11 +142,13 @@ WHERE expires_at > $1 AND expires_at <= $2 AND expiry_warned_at IS NULL
 -- name: archive_expired_sessions
 -- Job 3: expired sessions with no running process (and not preserved) leave the live
 -- tables; the row and its history are kept in session_archive for the recovery window, and
--- session.expired is emitted, all in this one statement.
+-- session.expired is emitted, all in this one statement. Completed sessions are not this
+-- job's: they are kept for the completed retention and then archived by job 4.
 -- $1 now, $2 restorable until, $3 batch size.
 WITH picked AS (
     SELECT session_id FROM session_coordination
     WHERE expires_at < $1 AND NOT preserve AND session_state ->> 'active_process' IS NULL
+      AND status <> 'completed'
     ORDER BY expires_at
     LIMIT $3
     FOR UPDATE SKIP LOCKED
@@ -184,6 +186,7 @@ RETURNING s.session_id
 -- name: count_expired_sessions
 SELECT count(*) FROM session_coordination
 WHERE expires_at < $1 AND NOT preserve AND session_state ->> 'active_process' IS NULL
+  AND status <> 'completed'
 
 -- name: archive_completed_sessions
 -- Job 4: completed sessions older than the retention leave the live tables (with their

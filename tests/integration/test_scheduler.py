@@ -203,6 +203,30 @@ async def test_completed_sessions_are_archived_after_thirty_days(
     assert '"change_reason": "completed"' in archived[0]["versions"]
 
 
+async def test_a_completed_session_waits_for_archival_not_for_expiry(
+    client: httpx.AsyncClient, frozen_clock: FrozenClock, make_replica: Any, database_url: str
+) -> None:
+    # The default lifetime (24 h) runs out long before the 30-day hold of a completed session.
+    done = await create_session(client)
+    await client.post(f"/v1/sessions/{done['session_id']}/complete", headers=if_match(1))
+    frozen_clock.advance(timedelta(days=2))
+
+    dry = await make_replica().run_now("expiry_cleanup", dry_run=True)
+    assert dry.details["sessions_expired"] == 0
+    run = await make_replica().run_now("expiry_cleanup", dry_run=False)
+    assert run.details["sessions_expired"] == 0
+    assert await status_of(client, done["session_id"]) == "completed"
+    assert await rows(database_url, "SELECT * FROM session_archive") == []
+
+    frozen_clock.advance(timedelta(days=29))  # 31 days after completion
+    run = await make_replica().run_now("archival", dry_run=False)
+    assert run.details == {"sessions_archived": 1}
+    archived = await rows(database_url, "SELECT reason FROM session_archive")
+    assert [a["reason"] for a in archived] == ["completed"]
+    events = await rows(database_url, "SELECT event_type FROM outbox_events")
+    assert [e["event_type"] for e in events] == ["session.archived"]
+
+
 # -- job 5: memory retention ------------------------------------------------------------
 
 
