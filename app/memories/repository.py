@@ -137,11 +137,21 @@ async def insert_memory(
 
 
 async def lock_memory_by_key(
-    conn: Connection, user_id: UUID, category: str, key: str
+    conn: Connection, user_id: UUID, category: str, key: str, now: datetime, reader: Reader
 ) -> Memory | None:
-    """The named memory, row-locked (expired or not, visible or not)."""
-    row = await conn.fetchrow(Q.lock_memory_by_key, user_id, category, key)
+    """The named memory, row-locked, if it is live and the reader may see it."""
+    row = await conn.fetchrow(
+        Q.lock_memory_by_key, user_id, category, key, now, reader.is_admin, reader.roles
+    )
     return None if row is None else _memory(row)
+
+
+async def retire_expired_memory_by_key(
+    conn: Connection, user_id: UUID, category: str, key: str, now: datetime
+) -> bool:
+    """Remove (or archive, as retention would) an expired memory holding the key; True if
+    there was one."""
+    return bool(await conn.fetchval(Q.retire_expired_memory_by_key, user_id, category, key, now))
 
 
 async def update_memory(

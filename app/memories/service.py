@@ -69,6 +69,15 @@ class _Denied(Exception):
         self.entries = entries
 
 
+def _taken_key(plan: _PlannedWrite, field: str) -> Conflict:
+    """The 409 for a write whose key a live memory already holds."""
+    return Conflict(
+        f"The key {plan.item.key!r} is already in use for this user in category "
+        f"{plan.category!r}; PUT /v1/memories/by-key replaces a memory you can read.",
+        errors=[{"field": field, "message": "key already in use"}],
+    )
+
+
 def reader_of(principal: Principal) -> Reader:
     """The access rules a principal reads and writes under."""
     return Reader(is_admin=principal.is_admin, roles=sorted(principal.roles))
@@ -89,34 +98,16 @@ class MemoryService:
     ) -> list[Memory]:
         """Store one memory or a batch, all or nothing."""
         now = self._clock.now()
-        reader = reader_of(principal)
 
         async def run(conn: Connection) -> list[Memory]:
             plans = await self._plan(conn, items, principal, now, batch=batch)
             stored: list[Memory] = []
             for index, plan in enumerate(plans):
-                item = plan.item
-                memory = await repo.insert_memory(
-                    conn,
-                    user_id=item.user_id,
-                    session_id=item.session_id,
-                    agent_name=principal.name,
-                    memory_type=item.memory_type,
-                    category=plan.category,
-                    key=item.key,
-                    content=item.content,
-                    content_size=plan.content_size,
-                    access_level=plan.access_level,
-                    now=now,
-                    reader=reader,
-                )
+                memory = await self._insert(conn, plan, principal, now)
                 if memory is None:  # the level was checked in _plan: the key is taken
                     field = f"{index}.key" if batch else "key"
-                    raise Conflict(
-                        f"A memory with key {item.key!r} already exists for this user and "
-                        f"category {plan.category!r}; use PUT /v1/memories/by-key to replace it.",
-                        errors=[{"field": field, "message": "key already in use"}],
-                    )
+                    taken = _taken_key(plan, field)
+                    await self._refuse_taken_key(conn, principal, plan, now, field, taken)
                 stored.append(memory)
             await repo.insert_access_logs(
                 conn,
@@ -143,29 +134,20 @@ class MemoryService:
 
         async def run(conn: Connection) -> tuple[Memory, bool]:
             plan = (await self._plan(conn, [data], principal, now, batch=False))[0]
-            current = await repo.lock_memory_by_key(conn, data.user_id, data.category, data.key)
+            # Expired memories and ones the caller may not read are absent here, as for reads.
+            current = await repo.lock_memory_by_key(
+                conn, data.user_id, data.category, data.key, now, reader
+            )
             if current is None:
                 if bases is not None:
                     raise VersionConflict(
                         "No memory has this key yet; drop If-Match to create it.",
                         current_version=None,
                     )
-                memory = await repo.insert_memory(
-                    conn,
-                    user_id=data.user_id,
-                    session_id=data.session_id,
-                    agent_name=principal.name,
-                    memory_type=data.memory_type,
-                    category=plan.category,
-                    key=data.key,
-                    content=data.content,
-                    content_size=plan.content_size,
-                    access_level=plan.access_level,
-                    now=now,
-                    reader=reader,
-                )
+                memory = await self._insert(conn, plan, principal, now)
                 if memory is None:
-                    raise Conflict("A concurrent write created this key; retry.", retryable=True)
+                    raced = Conflict("A concurrent write created this key; retry.", retryable=True)
+                    await self._refuse_taken_key(conn, principal, plan, now, "key", raced)
                 action, created = "write", True
             else:
                 if create_only:
@@ -191,7 +173,8 @@ class MemoryService:
                     expected_version=current.version,
                     reader=reader,
                 )
-                if memory is None:  # locked and version checked: only the level can refuse
+                if memory is None:  # locked, readable, version checked: only the new level
+                    # can refuse, and _plan refused that already; kept as a last guard.
                     raise _Denied(
                         Forbidden("This memory's access level is not yours to overwrite."),
                         [self._entry(principal, "update", current.memory_id, None, False, 0, now)],
@@ -549,6 +532,63 @@ class MemoryService:
         if len(errors) + len(too_large) > failures_before:
             return None
         return _PlannedWrite(item=item, category=category, access_level=level, content_size=size)
+
+    async def _insert(
+        self, conn: Connection, plan: _PlannedWrite, principal: Principal, now: datetime
+    ) -> Memory | None:
+        """Insert a planned write; None if a live memory holds its key. An expired memory
+        holding the key is retired first: it is gone for readers already."""
+        item = plan.item
+        for _ in range(2):
+            memory = await repo.insert_memory(
+                conn,
+                user_id=item.user_id,
+                session_id=item.session_id,
+                agent_name=principal.name,
+                memory_type=item.memory_type,
+                category=plan.category,
+                key=item.key,
+                content=item.content,
+                content_size=plan.content_size,
+                access_level=plan.access_level,
+                now=now,
+                reader=reader_of(principal),
+            )
+            if memory is not None or item.key is None:
+                return memory
+            if not await repo.retire_expired_memory_by_key(
+                conn, item.user_id, plan.category, item.key, now
+            ):
+                return None
+        return None
+
+    async def _refuse_taken_key(
+        self,
+        conn: Connection,
+        principal: Principal,
+        plan: _PlannedWrite,
+        now: datetime,
+        field: str,
+        if_visible: SwitchboardError,
+    ) -> NoReturn:
+        """Raise for a key held by a live memory: ``if_visible`` when the caller can read
+        that memory, else the plain taken-key 409 (audited as a denied write).
+
+        The key is unique per user and category, so a memory the caller cannot read still
+        takes it; the least the answer can say is that the key is in use. It says no more:
+        the same 409 as a POST with any used key, without the hidden memory's level,
+        version or id, never the 403 that would tell the level is above the caller's.
+        """
+        item = plan.item
+        key = item.key or ""
+        reader = reader_of(principal)
+        if await repo.get_memory_by_key(conn, item.user_id, plan.category, key, now, reader):
+            raise if_visible
+        query = {"user_id": str(item.user_id), "category": plan.category, "key": key}
+        raise _Denied(
+            _taken_key(plan, field),
+            [self._entry(principal, "write", None, query, False, 0, now)],
+        )
 
     async def _refuse_unseen(
         self, conn: Connection, principal: Principal, action: str, memory_id: UUID, now: datetime

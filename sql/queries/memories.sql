@@ -81,7 +81,35 @@ ON CONFLICT (user_id, category, key) DO NOTHING
 RETURNING *
 
 -- name: lock_memory_by_key
-SELECT * FROM memories WHERE user_id = $1 AND category = $2 AND key = $3 FOR UPDATE
+-- The named memory, row-locked, if it is live and the caller may read it: for anyone else
+-- it does not exist, as for every other read. $4 now, $5 is_admin, $6 roles.
+SELECT m.* FROM memories m
+WHERE m.user_id = $1 AND m.category = $2 AND m.key = $3
+  AND (m.expires_at IS NULL OR m.expires_at > $4)
+  AND m.access_level IN (SELECT level FROM memory_access_levels
+                         WHERE $5 OR required_role IS NULL OR required_role = ANY($6::text[]))
+FOR UPDATE OF m
+
+-- name: retire_expired_memory_by_key
+-- An expired memory is already gone for every reader; when its key is written again it
+-- leaves now, the way the retention job would take it (interaction patterns to the
+-- archive, the rest deleted), so the key is free for a new memory. $4 now.
+WITH gone AS (
+    DELETE FROM memories
+    WHERE user_id = $1 AND category = $2 AND key = $3 AND expires_at <= $4
+    RETURNING *
+), archived AS (
+    INSERT INTO memory_archive (memory_id, user_id, session_id, agent_name, memory_type,
+                                category, key, content, content_size, access_level, version,
+                                created_at, updated_at, expires_at, archived_at)
+    SELECT memory_id, user_id, session_id, agent_name, memory_type, category, key, content,
+           content_size, access_level, version, created_at, updated_at, expires_at,
+           $4::timestamptz
+    FROM gone
+    WHERE category = 'interaction_patterns'
+    ON CONFLICT (memory_id) DO NOTHING
+)
+SELECT count(*) FROM gone
 
 -- name: update_memory
 -- Rewrites a memory the caller may read, at a level the caller may read, if its version is

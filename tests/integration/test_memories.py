@@ -6,6 +6,7 @@ import json
 from datetime import timedelta
 from typing import Any
 
+import asyncpg
 import httpx
 import pytest
 
@@ -362,6 +363,67 @@ class TestRetention:
         )
         assert reapplied.json()["memories_reexpired"] == 1
         assert_problem(await client.get(f"/v1/memories/{before['memory_id']}"), 404)
+
+    async def test_an_expired_memory_is_absent_for_writes_by_key_too(
+        self, client: httpx.AsyncClient, frozen_clock: FrozenClock
+    ) -> None:
+        user_id = await create_user(client)
+        body = {
+            "user_id": user_id,
+            "category": "session_data",
+            "key": "topic",
+            "memory_type": "orchestrator",
+            "content": "budget",
+        }
+        first = (await client.put("/v1/memories/by-key", json=body)).json()
+        posted = (await client.post("/v1/memories", json={**body, "key": "mood"})).json()
+        frozen_clock.advance(timedelta(hours=25))  # both past their 24 h
+
+        # If-Match cannot name a version of a memory that is gone...
+        stale = assert_problem(
+            await client.put("/v1/memories/by-key", json=body, headers={"If-Match": '"1"'}), 409
+        )
+        assert stale["current_version"] is None
+        # ...and a write by key creates a new memory, as if the key had never been used.
+        again = await client.put("/v1/memories/by-key", json={**body, "content": "savings"})
+        assert again.status_code == 201, again.text
+        assert again.json()["memory_id"] != first["memory_id"]
+        assert again.json()["version"] == 1
+        assert_problem(await client.get(f"/v1/memories/{first['memory_id']}"), 404)
+        reposted = await client.post("/v1/memories", json={**body, "key": "mood"})
+        assert reposted.status_code == 201, reposted.text
+        assert reposted.json()["memory_id"] != posted["memory_id"]
+        created_only = await client.put(
+            "/v1/memories/by-key",
+            json={**body, "key": "mood", "content": 1},
+            headers={"If-None-Match": "*"},
+        )
+        assert_problem(created_only, 409)  # the new "mood" is live
+
+    async def test_an_expired_interaction_pattern_replaced_by_key_is_archived_first(
+        self, client: httpx.AsyncClient, frozen_clock: FrozenClock, database_url: str
+    ) -> None:
+        user_id = await create_user(client)
+        body = {
+            "user_id": user_id,
+            "category": "interaction_patterns",
+            "key": "weekday_usage",
+            "memory_type": "intent_session",
+            "content": {"monday": 3},
+        }
+        first = (await client.put("/v1/memories/by-key", json=body)).json()
+        frozen_clock.advance(timedelta(days=366))
+        again = await client.put("/v1/memories/by-key", json={**body, "content": {"monday": 1}})
+        assert again.status_code == 201, again.text
+        conn = await asyncpg.connect(database_url)
+        try:
+            archived = await conn.fetch("SELECT memory_id, content FROM memory_archive")
+        finally:
+            await conn.close()
+        # What the retention job would have done with it: kept in the archive for a year.
+        assert [(str(a["memory_id"]), a["content"]) for a in archived] == [
+            (first["memory_id"], '{"monday": 3}')
+        ]
 
 
 async def test_categories_types_and_levels(

@@ -77,9 +77,12 @@ async def test_access_matrix(client: httpx.AsyncClient, make_agent_client: Any, 
     assert_problem(await client.get(f"/v1/memories/{target}"), 404)
 
 
-async def test_overwriting_a_key_held_at_a_level_you_cannot_read_is_403(
+async def test_a_key_held_at_a_level_you_cannot_read_behaves_as_absent_or_taken(
     client: httpx.AsyncClient, make_agent_client: Any
 ) -> None:
+    """Nothing the caller sees tells a hidden memory's level, version or id; where the
+    key cannot be created (it is unique), the answer is the plain taken-key 409 that a
+    POST with any used key gets."""
     user_id = await create_user(client)
     secret = {
         "user_id": user_id,
@@ -89,16 +92,46 @@ async def test_overwriting_a_key_held_at_a_level_you_cannot_read_is_403(
         "content": 5000,
     }
     assert (await client.put("/v1/memories/by-key", json=secret)).status_code == 201
+    unused = {**secret, "key": "never_written", "access_level": "all_agents"}
+    overwrite = {**secret, "access_level": "all_agents", "content": 0}
+    # What a POST with a key taken by a memory one *can* read looks like.
+    taken_visible = assert_problem(await client.post("/v1/memories", json=secret), 409)
+
     agent = await make_agent_client("Sneaky", [])
     async with agent:
-        response = await agent.put(
-            "/v1/memories/by-key", json={**secret, "access_level": "all_agents", "content": 0}
+        plain = assert_problem(await agent.put("/v1/memories/by-key", json=overwrite), 409)
+        created_only = assert_problem(
+            await agent.put("/v1/memories/by-key", json=overwrite, headers={"If-None-Match": "*"}),
+            409,
         )
-    assert_problem(response, 403)
+        posted = assert_problem(await agent.post("/v1/memories", json=overwrite), 409)
+        for problem in (plain, created_only, posted):
+            assert problem["detail"] == taken_visible["detail"]
+            assert problem["errors"] == taken_visible["errors"]
+            assert "current_version" not in problem
+            assert "retryable" not in problem
+            assert "memory_id" not in problem
+
+        # With If-Match the hidden memory is as absent as a key nobody ever wrote.
+        conditional = assert_problem(
+            await agent.put("/v1/memories/by-key", json=overwrite, headers={"If-Match": '"1"'}),
+            409,
+        )
+        never = assert_problem(
+            await agent.put("/v1/memories/by-key", json=unused, headers={"If-Match": '"1"'}),
+            409,
+        )
+        assert conditional == never
+        assert conditional["current_version"] is None
+
     stored = (
         await client.get("/v1/memories", params={"user_id": user_id, "category": "user_profile"})
     ).json()["items"]
-    assert [m["content"] for m in stored] == [5000]
+    assert [(m["content"], m["version"]) for m in stored] == [(5000, 1)]
+    log = (await client.get("/v1/audit/memory", params={"agent": "Sneaky"})).json()["items"]
+    denied = [e for e in log if e["action"] == "write" and not e["allowed"]]
+    assert len(denied) == 3  # the two PUTs and the POST that met the hidden memory
+    assert denied[0]["query"] == {"user_id": user_id, "category": "user_profile", "key": "income"}
 
 
 async def test_batch_with_one_forbidden_item_writes_nothing(
