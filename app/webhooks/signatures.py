@@ -12,6 +12,11 @@ from app.errors import Unauthorized
 from app.maintenance.events import SIGNATURE_HEADER, TIMESTAMP_HEADER, sign
 from app.settings import WebhookSettings
 
+# Unix seconds in 12 digits reach the year 33658. Anything longer is not a timestamp, and
+# turning an arbitrarily long digit string into a number overflows (or hits Python's
+# int-from-text digit limit): bad input, not a server error.
+MAX_TIMESTAMP_DIGITS = 12
+
 
 def verify_signature(
     settings: WebhookSettings,
@@ -29,8 +34,13 @@ def verify_signature(
         return False
     if settings.secret is None:
         raise Unauthorized("Signed requests are not configured on this server.")
-    if signature is None or timestamp is None or not timestamp.isdigit():
+    if signature is None or timestamp is None:
         raise Unauthorized("Send both X-Switchboard-Timestamp and X-Switchboard-Signature.")
+    # isdigit() alone takes superscripts and other scripts' digits, which int() refuses.
+    if not (timestamp.isascii() and timestamp.isdigit()) or len(timestamp) > MAX_TIMESTAMP_DIGITS:
+        raise Unauthorized(
+            f"X-Switchboard-Timestamp must be Unix seconds: 1 to {MAX_TIMESTAMP_DIGITS} digits."
+        )
     age = abs(now.timestamp() - int(timestamp))
     if age > settings.signature_tolerance.total_seconds():
         raise Unauthorized("The signature timestamp is too old (or in the future): a replay?")

@@ -312,6 +312,27 @@ async def test_signed_requests(client: httpx.AsyncClient) -> None:
     assert_problem(await client.post("/webhooks/n8n/cleanup", content=body, headers=half), 401)
 
 
+@pytest.mark.parametrize(
+    "timestamp",
+    [
+        b"9" * 400,  # past what a float holds
+        b"1" * 5000,  # past Python's int-from-text digit limit
+        b"0" * 13 + b"1",  # a real instant behind leading zeros: still too long
+        "\u00b2".encode("latin-1"),  # a superscript two: str.isdigit() says yes
+        b"",
+    ],
+    ids=["400-digits", "5000-digits", "zero-padded", "superscript", "empty"],
+)
+async def test_malformed_signature_timestamps_are_401_not_500(
+    client: httpx.AsyncClient, timestamp: bytes
+) -> None:
+    body = b'{"job": "expiry_cleanup", "dry_run": true}'
+    headers = {**signed(body), "X-Switchboard-Timestamp": timestamp}
+    response = await client.post("/webhooks/n8n/cleanup", content=body, headers=headers)
+    problem = assert_problem(response, 401)
+    assert "Timestamp" in problem["detail"]
+
+
 async def test_a_key_left_in_progress_by_a_dead_request_is_freed(
     client: httpx.AsyncClient, database_url: str
 ) -> None:
