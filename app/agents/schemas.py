@@ -7,7 +7,9 @@ from datetime import datetime
 from typing import Annotated, Any
 from uuid import UUID
 
-from pydantic import AnyHttpUrl, BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+
+from app.common.validation import StoredHttpUrl
 
 AgentName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z][A-Za-z0-9_.-]{0,99}$")]
 RoleName = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_]{0,49}$")]
@@ -41,7 +43,7 @@ class AgentSettings(BaseModel):
 
     roles: list[RoleName] | None = Field(default=None, max_length=20)
     description: ShortText | None = None
-    url: AnyHttpUrl | None = None
+    url: StoredHttpUrl | None = None
     timeout_ms: int | None = Field(default=None, ge=50, le=300_000)
     retry_attempts: int | None = Field(default=None, ge=0, le=10)
     fallback_strategy: IntentName | None = None
@@ -65,7 +67,7 @@ class AgentCard(BaseModel):
 
     name: Annotated[str, StringConstraints(min_length=1, max_length=200)]
     description: Annotated[str, StringConstraints(max_length=2000)] = ""
-    url: AnyHttpUrl
+    url: StoredHttpUrl
     version: Annotated[str, StringConstraints(max_length=50)] = "1.0.0"
     skills: list[AgentSkill] = Field(default_factory=list, max_length=100)
     capabilities: dict[str, Any] = Field(default_factory=dict)

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
-from pydantic import BaseModel, ValidationError
+from pydantic import AfterValidator, AnyHttpUrl, BaseModel, UrlConstraints, ValidationError
 
 from app.errors import ValidationFailed
 
@@ -13,6 +13,25 @@ M = TypeVar("M", bound=BaseModel)
 # Deeper JSON than this is refused: nobody's real state needs it, and serializers (pydantic,
 # orjson) give up somewhere past 250 levels with errors that are not the client's fault.
 MAX_JSON_DEPTH = 64
+
+
+# The url columns (agents.url, subscriptions.url) CHECK at most 2000 characters; pydantic's
+# own URL limit is 2083, which would reach the database and fail there as a 500.
+MAX_URL_LENGTH = 2000
+
+
+def _fits_url_column(url: AnyHttpUrl) -> AnyHttpUrl:
+    # What is stored is the normalised URL, which can be longer than what was sent
+    # (a non-ASCII character becomes up to 12 characters of percent-encoding).
+    if len(str(url)) > MAX_URL_LENGTH:
+        raise ValueError(f"URL should have at most {MAX_URL_LENGTH} characters once encoded")
+    return url
+
+
+# An http(s) URL that fits the url columns, as sent and as stored.
+StoredHttpUrl = Annotated[
+    AnyHttpUrl, UrlConstraints(max_length=MAX_URL_LENGTH), AfterValidator(_fits_url_column)
+]
 
 
 def json_depth(value: Any) -> int:

@@ -22,10 +22,11 @@ from uuid import UUID
 
 import httpx
 import orjson
-from pydantic import AnyHttpUrl, BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from app.clock import Clock
 from app.common.pagination import FIRST_PAGE, cut_page, decode_time_id_cursor
+from app.common.validation import StoredHttpUrl
 from app.db.pool import Database
 from app.errors import NotFound
 from app.maintenance import repository as repo
@@ -58,7 +59,7 @@ class SubscriptionCreate(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    url: AnyHttpUrl
+    url: StoredHttpUrl
     event_types: list[EventType] = Field(min_length=1, max_length=len(EVENT_TYPES))
     # Generated (and shown once) when not given.
     secret: Annotated[str, StringConstraints(min_length=16, max_length=200)] | None = None

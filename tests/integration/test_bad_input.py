@@ -161,3 +161,39 @@ async def test_unexpected_errors_are_500_problems_without_internals(
     body = assert_problem(response, 500)
     assert "secret" not in response.text
     assert body["type"].endswith("internal-error")
+
+
+# The url columns hold at most 2000 characters (pydantic alone allows 2083), counted on the
+# URL as stored, which pydantic normalises: "é" is stored as "%C3%A9".
+_PREFIX = "http://example.com/"
+_URLS = {
+    "2001": _PREFIX + "a" * (2001 - len(_PREFIX)),
+    "2083": _PREFIX + "a" * (2083 - len(_PREFIX)),
+    "grows-past-2000": _PREFIX + "\u00e9" * 400,
+}
+
+
+@pytest.mark.parametrize("url", list(_URLS.values()), ids=list(_URLS))
+async def test_urls_longer_than_their_columns_are_422(client: httpx.AsyncClient, url: str) -> None:
+    created = await client.post("/v1/agents", json={"name": "Long_Url_Agent", "url": url})
+    assert assert_problem(created, 422)["errors"][0]["field"] == "url"
+    assert_problem(await client.get("/v1/agents/Long_Url_Agent"), 404)
+
+    changed = await client.patch("/v1/agents/Make_Plan_Agent", json={"url": url})
+    assert assert_problem(changed, 422)["errors"][0]["field"] == "url"
+    card = {"name": "Planner", "url": url}
+    assert_problem(await client.post("/v1/agents/Make_Plan_Agent/card", json=card), 422)
+    assert (await client.get("/v1/agents/Make_Plan_Agent")).json()["url"] is None
+
+    subscription = {"url": url, "event_types": ["session.expired"]}
+    assert_problem(await client.post("/v1/subscriptions", json=subscription), 422)
+    assert (await client.get("/v1/subscriptions")).json() == []
+
+
+async def test_a_url_of_exactly_2000_characters_is_stored(client: httpx.AsyncClient) -> None:
+    url = _PREFIX + "a" * (2000 - len(_PREFIX))
+    changed = await client.patch("/v1/agents/Make_Plan_Agent", json={"url": url})
+    assert changed.status_code == 200, changed.text
+    assert changed.json()["url"] == url
+    subscription = {"url": url, "event_types": ["session.expired"]}
+    assert (await client.post("/v1/subscriptions", json=subscription)).status_code == 201
