@@ -16,6 +16,9 @@ RoleName = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_]{0,49}$")]
 IntentName = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_]{0,63}$")]
 ShortText = Annotated[str, StringConstraints(max_length=500)]
 
+# The longest an agent may be given to answer (agents.timeout_ms has the same CHECK).
+MAX_AGENT_TIMEOUT_MS = 300_000
+
 # Roles the rest of the system gives meaning to; others are allowed and simply carried.
 KNOWN_ROLES = ("authorized", "analytics", "coordination_manager")
 
@@ -44,7 +47,7 @@ class AgentSettings(BaseModel):
     roles: list[RoleName] | None = Field(default=None, max_length=20)
     description: ShortText | None = None
     url: StoredHttpUrl | None = None
-    timeout_ms: int | None = Field(default=None, ge=50, le=300_000)
+    timeout_ms: int | None = Field(default=None, ge=50, le=MAX_AGENT_TIMEOUT_MS)
     retry_attempts: int | None = Field(default=None, ge=0, le=10)
     fallback_strategy: IntentName | None = None
     intents: list[IntentName] | None = Field(default=None, max_length=50)

@@ -1,9 +1,10 @@
 """Idempotency keys: n8n's "Retry On Fail" re-sends the same request; the first response is
 stored and replayed for repeats, and the same key with a different body is refused (422).
 
-Keys are scoped per caller. A request that ends in a client error (4xx) is stored like a
-success (a retry would get the same answer); one that ends in a server-side failure is
-forgotten, so the retry can run it again.
+Keys are scoped per caller. A request that ends in a client error a retry cannot change
+(404, 422, ...) is stored like a success; one whose outcome a retry may change is
+forgotten, so the retry runs it again: a conflict (409: a version moved, a key was taken,
+a concurrent change), too many requests (429) and any server-side failure (5xx).
 """
 
 from __future__ import annotations
@@ -16,13 +17,28 @@ from typing import Any
 
 import orjson
 
+from app.agents.schemas import MAX_AGENT_TIMEOUT_MS
 from app.clock import Clock
 from app.db.pool import Database
 from app.errors import Conflict, SwitchboardError, ValidationFailed, problem_body
 from app.webhooks import repository as repo
 
 # A request still "in progress" after this long died with its process; a retry may run.
-IN_PROGRESS_TIMEOUT = timedelta(minutes=2)
+# It must outlast the slowest request that is still alive, or a retry would run alongside
+# it and do everything twice. A message may call two agents one after the other (the AI
+# classifier, then the chosen agent), each for up to the largest timeout_ms an agent may
+# have, retries included; the database work around them gets two more minutes. (A cleanup
+# run over a huge backlog may take longer still; running a job twice is harmless.)
+AGENT_CALLS_PER_REQUEST = 2
+DATABASE_ALLOWANCE = timedelta(minutes=2)
+IN_PROGRESS_TIMEOUT = (
+    AGENT_CALLS_PER_REQUEST * timedelta(milliseconds=MAX_AGENT_TIMEOUT_MS) + DATABASE_ALLOWANCE
+)
+
+
+def worth_retrying(status: int) -> bool:
+    """True for outcomes a retry of the same request may change: never replay those."""
+    return status == 409 or status == 429 or status >= 500
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,7 +92,7 @@ class IdempotencyService:
             status, payload = await handler()
             problem = False
         except SwitchboardError as error:
-            if error.status >= 500:
+            if worth_retrying(error.status):
                 await self._forget(principal, key)
                 raise
             payload = problem_body(

@@ -6,12 +6,26 @@ from __future__ import annotations
 import hashlib
 import hmac
 import time
+from datetime import timedelta
 from typing import Any
 
+import asyncpg
 import httpx
 import pytest
 
+from app.clock import SystemClock
+from app.db.pool import Database
+from app.errors import (
+    Conflict,
+    NotFound,
+    RateLimited,
+    ServiceUnavailable,
+    SwitchboardError,
+    ValidationFailed,
+    VersionConflict,
+)
 from app.settings import DatabaseSettings, Settings, WebhookSettings
+from app.webhooks.idempotency import IN_PROGRESS_TIMEOUT, IdempotencyService, request_hash
 from tests.integration.helpers import assert_problem, create_session, create_user
 
 SECRET = "webhook-secret-0123456789"
@@ -109,6 +123,91 @@ async def test_client_errors_are_stored_and_replayed_too(client: httpx.AsyncClie
     assert first.status_code == second.status_code == 404
     assert second.headers["content-type"].startswith("application/problem+json")
     assert second.json() == first.json()
+
+
+async def test_a_conflict_is_not_stored_so_the_retry_runs_again(
+    client: httpx.AsyncClient, make_agent_client: Any
+) -> None:
+    user_id = await create_user(client)
+    profile = {
+        "user_id": user_id,
+        "category": "user_profile",
+        "key": "income",
+        "memory_type": "data_collection",
+        "content": 5000,
+    }  # authorized_agents: hidden from the agent below, but it holds the key
+    held = (await client.put("/v1/memories/by-key", json=profile)).json()
+    write = {
+        "agent_name": "Notes_Agent",
+        "user_id": user_id,
+        "memory_type": "orchestrator",
+        "category": "user_profile",
+        "key": "income",
+        "access_level": "all_agents",
+        "memory_content": 4000,
+    }
+    headers = {"Idempotency-Key": "exec-409"}
+    agent = await make_agent_client("Notes_Agent", [])
+    async with agent:
+        first = await agent.post("/webhooks/n8n/memory", json=write, headers=headers)
+        assert_problem(first, 409)
+        # The conflict goes away (the memory holding the key is deleted)...
+        assert (await client.delete(f"/v1/memories/{held['memory_id']}")).status_code == 204
+        # ...and n8n's retry with the same key runs again instead of replaying the 409.
+        second = await agent.post("/webhooks/n8n/memory", json=write, headers=headers)
+        assert second.status_code == 200, second.text
+        assert "idempotent-replayed" not in second.headers
+        assert second.json()["memory"]["content"] == 4000
+        third = await agent.post("/webhooks/n8n/memory", json=write, headers=headers)
+        assert third.headers["idempotent-replayed"] == "true"
+        assert third.json()["memory"]["memory_id"] == second.json()["memory"]["memory_id"]
+
+
+@pytest.mark.parametrize(
+    ("error", "stored"),
+    [
+        (VersionConflict("stale", current_version=3), False),
+        (Conflict("busy; retry", retryable=True), False),
+        (RateLimited("slow down", retry_after=1), False),
+        (ServiceUnavailable("database away"), False),
+        (NotFound("no such user"), True),
+        (ValidationFailed("bad", errors=[]), True),
+    ],
+    ids=["version-conflict", "retryable-conflict", "429", "503", "404", "422"],
+)
+async def test_only_outcomes_a_retry_cannot_change_are_replayed(
+    database_url: str, error: SwitchboardError, stored: bool
+) -> None:
+    database = Database(database_url, DatabaseSettings(pool_min_size=1, pool_max_size=2))
+    await database.open()
+    try:
+        service = IdempotencyService(database, SystemClock(), timedelta(hours=24))
+        calls = 0
+
+        async def handler() -> tuple[int, dict[str, Any]]:
+            nonlocal calls
+            calls += 1
+            if calls == 1:
+                raise error
+            return 200, {"ok": True}
+
+        async def run() -> tuple[int, bool]:
+            try:
+                answer = await service.run("n8n", "exec-1", "/webhooks/n8n/x", {"a": 1}, handler)
+            except SwitchboardError as raised:
+                return raised.status, False
+            return answer.status, answer.replayed
+
+        assert await run() == (error.status, False)
+        if stored:
+            assert await run() == (error.status, True)  # the same answer, replayed
+            assert calls == 1
+        else:
+            assert await run() == (200, False)  # the retry ran again
+            assert await run() == (200, True)
+            assert calls == 2
+    finally:
+        await database.close()
 
 
 async def test_webhooks_need_a_key(anon: httpx.AsyncClient) -> None:
@@ -336,14 +435,12 @@ async def test_malformed_signature_timestamps_are_401_not_500(
 async def test_a_key_left_in_progress_by_a_dead_request_is_freed(
     client: httpx.AsyncClient, database_url: str
 ) -> None:
-    import asyncpg
-
     conn = await asyncpg.connect(database_url)
     try:
         await conn.execute(
             "INSERT INTO idempotency_keys (principal, key, endpoint, request_hash, status,"
             " created_at, expires_at) VALUES ('admin', 'stuck', '/webhooks/n8n/cleanup',"
-            " '\\x00', 'in_progress', now() - interval '10 minutes', now() + interval '1 day')"
+            " '\\x00', 'in_progress', now() - interval '15 minutes', now() + interval '1 day')"
         )
     finally:
         await conn.close()
@@ -355,3 +452,27 @@ async def test_a_key_left_in_progress_by_a_dead_request_is_freed(
         "/webhooks/n8n/cleanup", json={"dry_run": True}, headers={"Idempotency-Key": "fresh"}
     )
     assert fresh.status_code == 200
+
+
+async def test_a_key_in_progress_for_as_long_as_an_agent_call_may_take_is_not_freed(
+    client: httpx.AsyncClient, database_url: str
+) -> None:
+    """Agents may take 300 s (and a message can call the classifier and then the agent):
+    a repeat while that first request still runs must wait, not run a second time."""
+    body = {"dry_run": True}
+    conn = await asyncpg.connect(database_url)
+    try:
+        await conn.execute(
+            "INSERT INTO idempotency_keys (principal, key, endpoint, request_hash, status,"
+            " created_at, expires_at) VALUES ('admin', 'slow', '/webhooks/n8n/cleanup', $1,"
+            " 'in_progress', now() - interval '10 minutes', now() + interval '1 day')",
+            request_hash("/webhooks/n8n/cleanup", body),
+        )
+    finally:
+        await conn.close()
+    repeat = await client.post(
+        "/webhooks/n8n/cleanup", json=body, headers={"Idempotency-Key": "slow"}
+    )
+    problem = assert_problem(repeat, 409)
+    assert "still being processed" in problem["detail"]
+    assert 2 * timedelta(milliseconds=300_000) <= IN_PROGRESS_TIMEOUT
