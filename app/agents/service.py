@@ -123,7 +123,7 @@ class AgentService:
         """Every skill offered by an enabled agent, with the agents offering it."""
         skills: dict[str, SkillAgents] = {}
         for agent in await self.list_agents():
-            if not agent.enabled:
+            if not agent.enabled or agent.disabled_at is not None:  # as routing sees it
                 continue
             for skill in agent.skills:
                 skill_id = str(skill.get("id"))

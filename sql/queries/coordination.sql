@@ -13,9 +13,11 @@ SELECT
         FROM intent_modifier_cues GROUP BY modifier) c) AS cues
 
 -- name: routing_agents
--- Agents that may be routed to, with what routing needs.
+-- Every agent, with what routing needs. Routing takes only the enabled ones; an agent
+-- disabled with DELETE /v1/agents/<name> (disabled_at) counts as not enabled until a new
+-- key re-enables it. (Disabled agents stay listed: their breakers can still be managed.)
 SELECT name, roles, url, timeout_ms, retry_attempts, fallback_strategy, intents, skills,
-       enabled, fail_max, reset_timeout_ms
+       enabled AND disabled_at IS NULL AS enabled, fail_max, reset_timeout_ms
 FROM agents
 ORDER BY name
 

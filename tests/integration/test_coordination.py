@@ -608,6 +608,29 @@ async def test_cards_skills_and_our_own_card(
         assert own.json()["skills"]
 
 
+async def test_a_disabled_agent_is_never_routed_to(
+    client: httpx.AsyncClient, agent: AgentServer
+) -> None:
+    await configure(client, "Make_Plan_Agent", url=agent.url)
+    assert (await client.delete("/v1/agents/Make_Plan_Agent")).status_code == 204
+
+    analysis = (await client.post("/v1/intents/analyze", json={"message": "make a plan"})).json()
+    assert analysis["primary"]["intent"] == "request_plan"
+    assert analysis["agent"] != "Make_Plan_Agent"
+    session = await create_session(client)
+    result = await send(client, session["session_id"], "make a plan for my budget")
+    assert result["agent"] != "Make_Plan_Agent"
+    assert agent.requests == []
+    skills = {s["skill_id"]: s["agents"] for s in (await client.get("/v1/skills")).json()}
+    assert "budget_planning" not in skills
+
+    # A new key re-enables it, and routing follows.
+    assert (await client.post("/v1/agents/Make_Plan_Agent/key")).status_code == 201
+    result = await send(client, session["session_id"], "make a plan for my budget")
+    assert result["agent"] == "Make_Plan_Agent"
+    assert len(agent.requests) == 1
+
+
 async def test_two_messages_at_once_both_land(client: httpx.AsyncClient) -> None:
     session = await create_session(client)
     sid = session["session_id"]
