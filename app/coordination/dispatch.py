@@ -93,6 +93,8 @@ class AgentClient:
                 error = failure.reason
                 if not failure.retryable:
                     break
+            if attempt == agent.retry_attempts:
+                break  # that was the last attempt: waiting now would only delay the fallback
             pause = self._retry.delay(attempt)
             if time.monotonic() + pause >= deadline:
                 break

@@ -1,0 +1,68 @@
+"""AgentClient against a real HTTP agent on 127.0.0.1: how retries are spaced."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+import httpx
+import pytest
+
+from app.coordination.breaker import AsyncCircuitBreaker
+from app.coordination.dispatch import AgentClient, RetryPolicy
+from app.coordination.schemas import RoutingAgent
+from tests.agent_server import AgentServer
+
+PAUSE = 0.4
+
+
+@dataclass(frozen=True)
+class FixedPause(RetryPolicy):
+    """The same pause every time, and a record of every pause asked for."""
+
+    asked: list[int] = field(default_factory=list)
+
+    def delay(self, attempt: int) -> float:
+        self.asked.append(attempt)
+        return PAUSE
+
+
+@pytest.fixture
+async def failing_agent() -> AsyncIterator[AgentServer]:
+    server = await AgentServer(behaviour="fail").start()
+    yield server
+    await server.stop()
+
+
+@pytest.mark.parametrize("retry_attempts", [0, 2])
+async def test_no_backoff_after_the_last_attempt(
+    failing_agent: AgentServer, retry_attempts: int
+) -> None:
+    agent = RoutingAgent(
+        name="Flaky_Agent",
+        roles=[],
+        url=failing_agent.url,
+        timeout_ms=30_000,
+        retry_attempts=retry_attempts,
+        fallback_strategy=None,
+        intents=[],
+        skills=[],
+        enabled=True,
+        fail_max=100,
+        reset_timeout_ms=30_000,
+    )
+    breaker = AsyncCircuitBreaker("Flaky_Agent", fail_max=100, reset_timeout=30)
+    policy = FixedPause()
+    async with httpx.AsyncClient() as http:
+        started = time.monotonic()
+        result = await AgentClient(http, policy).call(agent, breaker, {"input_data": {}})
+        elapsed = time.monotonic() - started
+
+    assert not result.ok
+    assert result.attempts == retry_attempts + 1
+    assert len(failing_agent.requests) == retry_attempts + 1
+    # One pause between two attempts, none after the last: the caller gets its fallback
+    # as soon as the final attempt has failed.
+    assert policy.asked == list(range(retry_attempts))
+    assert elapsed < retry_attempts * PAUSE + PAUSE / 2
