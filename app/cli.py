@@ -71,7 +71,7 @@ def _agents(settings: Settings, args: argparse.Namespace) -> int:
             service = AgentService(database, SystemClock(), runtime.admin_key(settings))
             if args.agents_command == "create":
                 created = await service.create_agent(
-                    AgentCreate(name=args.name, roles=args.role or [])
+                    AgentCreate(name=args.name, roles=args.role)  # no --role: keep seeded
                 )
                 roles = ", ".join(created.agent.roles) or "none"
                 print(f"agent {created.agent.name} created (roles: {roles})")

@@ -37,9 +37,10 @@ def _agent(row: asyncpg.Record) -> Agent:
 
 
 async def insert_agent(
-    conn: Connection, name: str, key_hash: bytes, roles: list[str], now: datetime
+    conn: Connection, name: str, key_hash: bytes, roles: list[str] | None, now: datetime
 ) -> Agent | None:
-    """Insert an agent; None if the name is taken."""
+    """Insert an agent (or key a seeded one); None if the name is taken. ``roles`` None
+    keeps a seeded agent's roles."""
     row = await conn.fetchrow(Q.insert_agent, name, key_hash, roles, now)
     return None if row is None else _agent(row)
 

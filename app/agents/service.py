@@ -46,10 +46,10 @@ class AgentService:
         """Register an agent (or key a seeded one) and return its key, shown only once."""
         key = generate_key()
         now = self._clock.now()
+        # No roles sent: a seeded agent keeps the roles it was seeded with.
+        roles = None if data.roles is None else sorted(set(data.roles))
         async with self._db.transaction() as conn:
-            agent = await repo.insert_agent(
-                conn, data.name, hash_key(key), sorted(set(data.roles or [])), now
-            )
+            agent = await repo.insert_agent(conn, data.name, hash_key(key), roles, now)
             if agent is None:
                 raise Conflict(
                     f"An agent named {data.name!r} already has a key; use "

@@ -4,10 +4,13 @@
 -- name: insert_agent
 -- Registers a new agent, or issues the first key of a seeded agent that has none yet.
 -- No row back means the name is taken by an agent that already has a key.
+-- $3 roles: a list replaces the agent's roles; NULL keeps a seeded agent's (none if new).
 INSERT INTO agents (name, api_key_hash, roles, created_at, updated_at)
-VALUES ($1, $2, $3, $4, $4)
+VALUES ($1, $2, coalesce($3::text[], '{}'), $4, $4)
 ON CONFLICT (name) DO UPDATE
-SET api_key_hash = excluded.api_key_hash, roles = excluded.roles, updated_at = excluded.updated_at
+SET api_key_hash = excluded.api_key_hash,
+    roles = coalesce($3::text[], agents.roles),
+    updated_at = excluded.updated_at
 WHERE agents.api_key_hash IS NULL
 RETURNING agent_id, name, roles, created_at, disabled_at, description, url, timeout_ms,
           retry_attempts, fallback_strategy, intents, skills, enabled, fail_max, reset_timeout_ms,

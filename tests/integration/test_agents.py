@@ -37,6 +37,31 @@ async def test_duplicate_name_is_409(client: httpx.AsyncClient) -> None:
     assert_problem(await client.post("/v1/agents", json={"name": "Make_Plan_Agent"}), 409)
 
 
+async def test_keying_a_seeded_agent_keeps_its_roles_unless_new_ones_are_sent(
+    client: httpx.AsyncClient,
+) -> None:
+    seeded = (await client.get("/v1/agents/Make_Plan_Agent")).json()
+    assert seeded["roles"] == ["authorized"]
+    keyed = await client.post("/v1/agents", json={"name": "Make_Plan_Agent", "timeout_ms": 5000})
+    assert keyed.status_code == 201, keyed.text
+    assert keyed.json()["agent"]["roles"] == ["authorized"]
+    assert (await client.get("/v1/agents/Make_Plan_Agent")).json()["roles"] == ["authorized"]
+    null_roles = await client.post("/v1/agents", json={"name": "Add_Changes_Agent", "roles": None})
+    assert null_roles.json()["agent"]["roles"] == ["authorized"]
+
+    replaced = await client.post(
+        "/v1/agents", json={"name": "Consult_Customer_Agent", "roles": ["analytics"]}
+    )
+    assert replaced.json()["agent"]["roles"] == ["analytics"]
+    emptied = await client.post("/v1/agents", json={"name": "Orchestrator_Agent", "roles": []})
+    assert emptied.json()["agent"]["roles"] == []
+    fresh = await client.post("/v1/agents", json={"name": "Brand_New_Agent"})
+    assert fresh.json()["agent"]["roles"] == []
+    # PATCH without roles leaves them alone too.
+    patched = await client.patch("/v1/agents/Make_Plan_Agent", json={"timeout_ms": 6000})
+    assert patched.json()["roles"] == ["authorized"]
+
+
 async def test_the_seven_seeded_agents_match_the_seed(client: httpx.AsyncClient) -> None:
     agents = {a["name"]: a for a in (await client.get("/v1/agents")).json()}
     expected = {
