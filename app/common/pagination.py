@@ -19,6 +19,10 @@ DEFAULT_LIMIT = 50
 MAX_LIMIT = 200
 # The "cursor" of a first page in newest-first (time, id) order: after every real row.
 FIRST_PAGE = (datetime(9999, 12, 31, tzinfo=UTC), UUID(int=(1 << 128) - 1))
+# The same for rows keyed by (time, id, second id), such as an event's deliveries.
+FIRST_PAGE_OF_PAIRS = (*FIRST_PAGE, FIRST_PAGE[1])
+
+SortKey = tuple[datetime, UUID] | tuple[datetime, UUID, UUID]
 
 
 def encode_cursor(values: Sequence[Any]) -> str:
@@ -28,14 +32,15 @@ def encode_cursor(values: Sequence[Any]) -> str:
 
 
 def cut_page(
-    items: list[T], limit: int, sort_key: Callable[[T], tuple[datetime, UUID]]
+    items: list[T], limit: int, sort_key: Callable[[T], SortKey]
 ) -> tuple[list[T], str | None]:
-    """Trim a ``limit + 1`` fetch to a page; the cursor of the next page if there is one."""
+    """Trim a ``limit + 1`` fetch to a page; the cursor of the next page if there is one.
+    ``sort_key`` must be unique per row, or rows sharing the last key would be skipped."""
     if len(items) <= limit:
         return items, None
     page = items[:limit]
-    when, ident = sort_key(page[-1])
-    return page, encode_cursor([when.isoformat(), str(ident)])
+    key = sort_key(page[-1])
+    return page, encode_cursor([key[0].isoformat(), *(str(ident) for ident in key[1:])])
 
 
 def decode_cursor(cursor: str, arity: int) -> list[Any]:
@@ -50,15 +55,26 @@ def decode_cursor(cursor: str, arity: int) -> list[Any]:
     return values
 
 
-def decode_time_id_cursor(cursor: str) -> tuple[datetime, UUID]:
-    """A (created_at, id) cursor, as used by newest-first lists."""
-    created_at, row_id = decode_cursor(cursor, 2)
+def _time_and_ids(values: list[Any]) -> tuple[datetime, list[UUID]]:
     try:
-        when, ident = datetime.fromisoformat(str(created_at)), UUID(str(row_id))
+        when = datetime.fromisoformat(str(values[0]))
+        idents = [UUID(str(value)) for value in values[1:]]
         if when.tzinfo is None:
             raise ValueError("naive time")
         # A far-out offset can push the instant past year 9999; the driver would overflow.
         when = when.astimezone(UTC)
     except (ValueError, OverflowError):
         raise BadRequest("The cursor is not one this server issued.", parameter="cursor") from None
+    return when, idents
+
+
+def decode_time_id_cursor(cursor: str) -> tuple[datetime, UUID]:
+    """A (created_at, id) cursor, as used by newest-first lists."""
+    when, (ident,) = _time_and_ids(decode_cursor(cursor, 2))
     return when, ident
+
+
+def decode_time_id_id_cursor(cursor: str) -> tuple[datetime, UUID, UUID]:
+    """A (created_at, id, second id) cursor, for rows one id alone does not tell apart."""
+    when, (first, second) = _time_and_ids(decode_cursor(cursor, 3))
+    return when, first, second

@@ -25,7 +25,7 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from app.clock import Clock
-from app.common.pagination import FIRST_PAGE, cut_page, decode_time_id_cursor
+from app.common.pagination import FIRST_PAGE_OF_PAIRS, cut_page, decode_time_id_id_cursor
 from app.common.validation import StoredHttpUrl
 from app.db.pool import Database
 from app.errors import NotFound
@@ -153,11 +153,15 @@ class EventService:
         self, status: str | None, limit: int, cursor: str | None
     ) -> EventDeliveryPage:
         """Events with their delivery state, newest first."""
-        before = decode_time_id_cursor(cursor) if cursor else FIRST_PAGE
+        before = decode_time_id_id_cursor(cursor) if cursor else FIRST_PAGE_OF_PAIRS
         async with self._db.connection() as conn:
             rows = await repo.list_deliveries(conn, status, before, limit + 1)
         items = [EventDelivery(**dict(row)) for row in rows]
-        page, next_cursor = cut_page(items, limit, lambda e: (e.created_at, e.event_id))
+        # One event has a row per subscriber: the event id alone would skip the rest of
+        # an event whose rows a page boundary splits.
+        page, next_cursor = cut_page(
+            items, limit, lambda e: (e.created_at, e.event_id, e.subscription_id)
+        )
         return EventDeliveryPage(items=page, next_cursor=next_cursor)
 
     async def redeliver(self, event_id: UUID) -> int:

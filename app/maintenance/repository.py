@@ -225,10 +225,11 @@ async def delete_subscription(conn: Connection, subscription_id: UUID) -> bool:
 
 
 async def list_deliveries(
-    conn: Connection, status: str | None, before: tuple[datetime, UUID], limit: int
+    conn: Connection, status: str | None, before: tuple[datetime, UUID, UUID], limit: int
 ) -> list[asyncpg.Record]:
-    """Events with their delivery state, newest first."""
-    return list(await conn.fetch(Q.list_deliveries, status, before[0], before[1], limit))
+    """Events with their delivery state, newest first, after the (created_at, event_id,
+    subscription_id) of the last row seen."""
+    return list(await conn.fetch(Q.list_deliveries, status, before[0], before[1], before[2], limit))
 
 
 async def redeliver_event(conn: Connection, event_id: UUID, now: datetime) -> int:

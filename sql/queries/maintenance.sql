@@ -377,14 +377,17 @@ FROM subscriptions ORDER BY created_at
 DELETE FROM subscriptions WHERE subscription_id = $1 RETURNING subscription_id
 
 -- name: list_deliveries
--- Events with their delivery state, newest first; $1 status filter (NULL: all).
+-- Events with their delivery state, newest first; $1 status filter (NULL: all). A row is
+-- one delivery (an event has one per subscriber), so the keyset that pages through them
+-- is (created_at, event_id, subscription_id): unique, and ordered the same way throughout.
 SELECT e.event_id, e.event_type, e.payload, e.created_at, d.subscription_id, d.status,
        d.attempts, d.last_error, d.delivered_at, d.next_attempt_at
 FROM outbox_events e
 JOIN event_deliveries d ON d.event_id = e.event_id
-WHERE ($1::text IS NULL OR d.status = $1) AND (e.created_at, e.event_id) < ($2, $3)
-ORDER BY e.created_at DESC, e.event_id DESC
-LIMIT $4
+WHERE ($1::text IS NULL OR d.status = $1)
+  AND (e.created_at, e.event_id, d.subscription_id) < ($2, $3, $4)
+ORDER BY e.created_at DESC, e.event_id DESC, d.subscription_id DESC
+LIMIT $5
 
 -- name: list_events
 SELECT event_id, event_type, payload, created_at FROM outbox_events

@@ -499,3 +499,34 @@ async def test_events_are_delivered_signed_retried_and_dead_after_n(
         await client.post("/v1/subscriptions", json={"url": receiver.url, "event_types": ["nope"]}),
         422,
     )
+
+
+@pytest.mark.parametrize("limit", [1, 2, 3, 4])
+async def test_event_pages_list_every_delivery_once(
+    client: httpx.AsyncClient, frozen_clock: FrozenClock, make_replica: Any, limit: int
+) -> None:
+    # Two subscribers: every event has two deliveries, so two rows share an event id.
+    for url in ("http://127.0.0.1:9/a", "http://127.0.0.1:9/b"):
+        subscription = {"url": url, "event_types": ["session.expiring"]}
+        assert (await client.post("/v1/subscriptions", json=subscription)).status_code == 201
+    for _ in range(3):
+        await create_session(client, ttl_seconds=600)
+    frozen_clock.advance(timedelta(minutes=1))
+    run = await make_replica().run_now("expiry_warning", dry_run=False)
+    assert run.details == {"sessions_warned": 3}
+
+    seen: list[tuple[str, str]] = []
+    cursor = None
+    for _ in range(20):
+        params: dict[str, Any] = {"limit": limit, **({"cursor": cursor} if cursor else {})}
+        page = await client.get("/v1/events", params=params)
+        assert page.status_code == 200, page.text
+        seen += [(d["event_id"], d["subscription_id"]) for d in page.json()["items"]]
+        cursor = page.json()["next_cursor"]
+        if cursor is None:
+            break
+    everything = (await client.get("/v1/events", params={"limit": 200})).json()["items"]
+    assert len(everything) == 6
+    assert seen == [(d["event_id"], d["subscription_id"]) for d in everything]
+    assert len(set(seen)) == 6
+    assert_problem(await client.get("/v1/events", params={"cursor": "bm9wZQ"}), 400)

@@ -12,9 +12,11 @@ import pytest
 
 from app.common.pagination import (
     FIRST_PAGE,
+    FIRST_PAGE_OF_PAIRS,
     cut_page,
     decode_cursor,
     decode_time_id_cursor,
+    decode_time_id_id_cursor,
     encode_cursor,
 )
 from app.errors import BadRequest
@@ -74,6 +76,23 @@ def test_cut_page_cursor_leads_to_the_next_page() -> None:
     assert page == rows[:3]
     assert cursor is not None
     assert decode_time_id_cursor(cursor) == rows[2]
+
+
+def test_cut_page_with_a_two_id_key_leads_to_the_next_page() -> None:
+    # Rows sharing time and first id (an event's deliveries) stay apart by the second id.
+    when, event = datetime(2026, 5, 1, tzinfo=UTC), uuid4()
+    rows = [(when, event, UUID(int=n)) for n in (3, 2, 1)]
+    page, cursor = cut_page(rows, 1, lambda row: row)
+    assert page == rows[:1]
+    assert cursor is not None
+    assert decode_time_id_id_cursor(cursor) == rows[0]
+    with pytest.raises(BadRequest):
+        decode_time_id_cursor(cursor)  # a cursor of one list is not one of another
+    with pytest.raises(BadRequest):
+        decode_time_id_id_cursor(encode_cursor([SOME_TIME, str(SOME_ID)]))
+    with pytest.raises(BadRequest):
+        decode_time_id_id_cursor(encode_cursor([SOME_TIME, str(SOME_ID), "not-a-uuid"]))
+    assert rows[0] < FIRST_PAGE_OF_PAIRS  # the first page starts after every real row
 
 
 @pytest.mark.parametrize("count", [0, 2, 3])
