@@ -130,7 +130,9 @@ class SessionService:
         """A session's history, newest first; the cursor is the last version seen."""
         before = _NO_VERSION_CEILING
         if cursor is not None:
-            if not cursor.isdigit() or len(cursor) > 18:
+            # ASCII only: isdigit() also takes superscripts (int() then fails: a 500) and
+            # other scripts' digits, none of which this server issues.
+            if not (cursor.isascii() and cursor.isdigit()) or len(cursor) > 18:
                 raise ValidationFailed(
                     "The cursor is not one this server issued.",
                     errors=[{"field": "cursor", "message": "expected a version number"}],
