@@ -30,6 +30,17 @@ def _encode_json(value: Any) -> str:
     return orjson.dumps(value, default=_json_default).decode()
 
 
+async def _reset_connection(conn: asyncpg.Connection[asyncpg.Record]) -> None:
+    """Nothing to undo when a connection goes back to the pool.
+
+    asyncpg's default reset sends ``pg_advisory_unlock_all(); CLOSE ALL; UNLISTEN *;
+    RESET ALL`` on every release: one more round trip per request. Pooled connections never
+    carry session state here (no SET, LISTEN, session advisory locks or held cursors:
+    tests/unit/test_queries.py checks the named queries, and the breaker listener has a
+    connection of its own), and asyncpg still rolls back a transaction left open before
+    calling this."""
+
+
 async def _init_connection(conn: asyncpg.Connection[asyncpg.Record]) -> None:
     for type_name in ("json", "jsonb"):
         await conn.set_type_codec(
@@ -60,6 +71,7 @@ class Database:
             # Every named query stays prepared: there are more than asyncpg's default 100.
             statement_cache_size=self._settings.statement_cache_size,
             init=_init_connection,
+            reset=_reset_connection,
             server_settings={"application_name": "switchboard", "timezone": "UTC"},
         )
 

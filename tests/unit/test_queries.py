@@ -17,6 +17,16 @@ _LITERAL_OR_COMMENT = re.compile(r"'(?:[^']|'')*'|--[^\n]*")
 _FORMAT_PLACEHOLDER = re.compile(r"\{\s*[A-Za-z_][A-Za-z0-9_.]*\s*(?:![rsa])?(?::[^{}]*)?\}")
 _PERCENT_PLACEHOLDER = re.compile(r"%(?:\([A-Za-z_][A-Za-z0-9_]*\))?[sdr]")
 _PARAMETER = re.compile(r"\$(\d+)")
+# Session state a pooled connection would carry to the next request. The pool skips the
+# reset round trip on release (app/db/pool.py), so no named query may leave any behind:
+# SET without LOCAL, set_config(..., false), LISTEN, session-level advisory locks, cursors.
+_SESSION_STATE = re.compile(
+    r"(?:\A|;)\s*SET\s+(?!LOCAL\b)"  # a SET command, not UPDATE ... SET
+    r"|\bset_config\s*\([^)]*\bfalse\s*\)"
+    r"|\b(?:LISTEN|DECLARE)\b"
+    r"|\bpg_(?:try_)?advisory_lock(?:_shared)?\s*\(",
+    re.IGNORECASE,
+)
 
 
 def executable_text(statement: str) -> str:
@@ -162,6 +172,8 @@ def test_statement_shape(stem: str, name: str, statement: str) -> None:
     assert not _PERCENT_PLACEHOLDER.search(statement), _PERCENT_PLACEHOLDER.findall(statement)
     numbers = sorted({int(n) for n in _PARAMETER.findall(executable_text(statement))})
     assert numbers == list(range(1, len(numbers) + 1)), f"{stem}.{name} uses ${numbers}"
+    leftover = _SESSION_STATE.search(executable_text(statement))
+    assert leftover is None, f"{stem}.{name} leaves session state: {leftover.group(0)!r}"
 
 
 @pytest.mark.parametrize(
@@ -178,6 +190,27 @@ def test_statement_shape(stem: str, name: str, statement: str) -> None:
 def test_parameter_scan(statement: str, numbers: list[int]) -> None:
     # The scan above is only as good as this helper: it must see real parameters only.
     assert sorted({int(n) for n in _PARAMETER.findall(executable_text(statement))}) == numbers
+
+
+@pytest.mark.parametrize(
+    ("text", "stateful"),
+    [
+        ("SET statement_timeout = 5", True),
+        ("SET SESSION work_mem TO '64MB'", True),
+        ("SET LOCAL statement_timeout = 5", False),
+        ("UPDATE agents SET roles = $2 WHERE name = $1", False),
+        ("INSERT INTO t VALUES (1) ON CONFLICT (a) DO UPDATE SET b = excluded.b", False),
+        ("SELECT set_config('x.y', $1, false)", True),
+        ("SELECT set_config('x.y', $1, true)", False),
+        ("LISTEN breaker_changes", True),
+        ("SELECT pg_advisory_lock(1)", True),
+        ("SELECT pg_try_advisory_lock(1)", True),
+        ("SELECT pg_advisory_xact_lock(1)", False),
+        ("DECLARE c CURSOR WITH HOLD FOR SELECT 1", True),
+    ],
+)
+def test_session_state_pattern(text: str, stateful: bool) -> None:
+    assert bool(_SESSION_STATE.search(text)) is stateful
 
 
 @pytest.mark.parametrize(
