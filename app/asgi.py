@@ -109,7 +109,9 @@ def create_app(
     clock = clock or SystemClock()
     replica = replica_name()
     database = Database(database_url, settings.database)
-    agent_service = AgentService(database, clock, admin_key)
+    agent_service = AgentService(
+        database, clock, admin_key, key_cache_seconds=settings.auth.key_cache_seconds
+    )
     user_service = UserService(database, clock)
     session_service = SessionService(database, clock, settings.sessions)
     memory_service = MemoryService(database, clock, settings.memories)

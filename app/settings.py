@@ -57,6 +57,10 @@ class AuthSettings(BaseSettings):
     # Used when SWITCHBOARD_ADMIN_KEY is unset: read, or generated on first start (mode 0600).
     # Defaults to <data_dir>/admin.key.
     admin_key_file: Path | None = None
+    # Seconds a resolved agent key is trusted without asking the database again. Changes
+    # made through this replica apply at once; through another one, within this time.
+    # 0 looks every request's key up.
+    key_cache_seconds: float = Field(default=5.0, ge=0, le=300)
 
 
 class SessionSettings(BaseSettings):

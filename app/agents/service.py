@@ -15,6 +15,7 @@ from app.agents.schemas import (
     AgentWithKey,
     SkillAgents,
 )
+from app.auth.keycache import KeyCache
 from app.auth.keys import generate_key, hash_key, same_digest
 from app.auth.principal import ADMIN, Principal
 from app.clock import Clock
@@ -25,22 +26,30 @@ from app.errors import Conflict, Forbidden, NotFound, ValidationFailed
 class AgentService:
     """Registers agents, resolves API keys to principals, keeps routing settings."""
 
-    def __init__(self, database: Database, clock: Clock, admin_key: str) -> None:
+    def __init__(
+        self, database: Database, clock: Clock, admin_key: str, key_cache_seconds: float = 0
+    ) -> None:
         self._db = database
         self._clock = clock
         self._admin_digest = hash_key(admin_key)
+        self._keys = KeyCache(key_cache_seconds)
 
     async def authenticate(self, key_digest: bytes) -> Principal | None:
         """The principal for a key digest, or None if the key is not valid."""
         if same_digest(key_digest, self._admin_digest):
             return ADMIN
+        cached = self._keys.get(key_digest)
+        if cached is not None:
+            return cached
         async with self._db.connection() as conn:
             agent = await repo.find_active_agent_by_key_hash(conn, key_digest)
         if agent is None:
             return None
-        return Principal(
+        principal = Principal(
             kind="agent", name=agent.name, roles=frozenset(agent.roles), agent_id=agent.agent_id
         )
+        self._keys.put(key_digest, principal)
+        return principal
 
     async def create_agent(self, data: AgentCreate) -> AgentWithKey:
         """Register an agent (or key a seeded one) and return its key, shown only once."""
@@ -59,6 +68,7 @@ class AgentService:
             settings = data.model_dump(exclude={"name", "roles"}, exclude_unset=True)
             if settings:
                 agent = await self._apply_settings(conn, agent, AgentSettings(**settings))
+        self._keys.clear()
         return AgentWithKey(agent=agent, api_key=key)
 
     async def list_agents(self) -> list[Agent]:
@@ -80,19 +90,23 @@ class AgentService:
             agent = await repo.get_agent_by_name(conn, name)
             if agent is None:
                 raise NotFound(f"No agent named {name!r}.")
-            return await self._apply_settings(conn, agent, data)
+            updated = await self._apply_settings(conn, agent, data)
+        self._keys.clear()  # roles may have changed
+        return updated
 
     async def disable_agent(self, name: str) -> None:
         """Revoke an agent's key; the row stays so history keeps its name."""
         async with self._db.transaction() as conn:
             if not await repo.disable_agent(conn, name, self._clock.now()):
                 raise NotFound(f"No agent named {name!r}.")
+        self._keys.clear()
 
     async def rotate_key(self, name: str) -> AgentWithKey:
         """Issue a new key for an agent (the old one stops working) and re-enable it."""
         key = generate_key()
         async with self._db.transaction() as conn:
             agent = await repo.replace_agent_key(conn, name, hash_key(key), self._clock.now())
+        self._keys.clear()
         if agent is None:
             raise NotFound(f"No agent named {name!r}.")
         return AgentWithKey(agent=agent, api_key=key)

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
+import time
 from typing import Any
 
 import httpx
 import pytest
 from litestar import Litestar
 
-from app.settings import DatabaseSettings, ServerSettings, Settings
-from tests.conftest import ADMIN_KEY, app_client
+from app.asgi import create_app
+from app.settings import AuthSettings, DatabaseSettings, ServerSettings, Settings
+from tests.conftest import ADMIN_KEY, app_client, lifespan_of
 from tests.integration.helpers import assert_problem
 
 PUBLIC = {"/health", "/ready", "/metrics"}
@@ -154,3 +157,55 @@ async def test_keys_never_reach_the_logs(
     text = caplog.text
     assert key not in text
     assert ADMIN_KEY not in text
+
+
+async def test_role_changes_apply_at_once_on_the_replica_that_made_them(
+    client: httpx.AsyncClient, running_app: Litestar
+) -> None:
+    user_id = (await client.post("/v1/users", json={})).json()["id"]
+    memory = await client.post(
+        "/v1/memories",
+        json={
+            "user_id": user_id,
+            "memory_type": "orchestrator",
+            "access_level": "analytics_agents",
+            "content": {"n": 1},
+        },
+    )
+    path = f"/v1/memories/{memory.json()['memory_id']}"
+    key = (await client.post("/v1/agents", json={"name": "Role_Test_Agent"})).json()["api_key"]
+    async with app_client(running_app, {"X-API-Key": key}) as agent:
+        # The key is resolved (and cached) while the agent lacks the role...
+        assert_problem(await agent.get(path), 404)
+        changed = await client.patch("/v1/agents/Role_Test_Agent", json={"roles": ["analytics"]})
+        assert changed.status_code == 200
+        # ...and the cached principal must not outlive the change.
+        assert (await agent.get(path)).status_code == 200
+        await client.patch("/v1/agents/Role_Test_Agent", json={"roles": []})
+        assert_problem(await agent.get(path), 404)
+
+
+async def test_another_replica_stops_a_revoked_key_within_the_cache_time(
+    client: httpx.AsyncClient, running_app: Litestar, database_url: str
+) -> None:
+    ttl = 0.5
+    other = create_app(
+        Settings(
+            database=DatabaseSettings(pool_min_size=1, pool_max_size=2),
+            auth=AuthSettings(key_cache_seconds=ttl),
+        ),
+        database_url=database_url,
+        admin_key=ADMIN_KEY,
+        run_scheduler=False,
+    )
+    key = (await client.post("/v1/agents", json={"name": "Revoked_Agent"})).json()["api_key"]
+    async with lifespan_of(other), app_client(other, {"X-API-Key": key}) as agent:
+        assert (await agent.post("/v1/users", json={})).status_code == 201  # now cached there
+        assert (await client.delete("/v1/agents/Revoked_Agent")).status_code == 204
+        started = time.monotonic()
+        # Revoked through the first replica: the second may trust its cache for ttl seconds,
+        # and no longer.
+        while (await agent.post("/v1/users", json={})).status_code == 201:
+            assert time.monotonic() - started < ttl + 0.5, "revoked key outlived the cache"
+            await asyncio.sleep(0.05)
+        assert_problem(await agent.post("/v1/users", json={}), 401)
