@@ -171,19 +171,21 @@ async def seed_expired(conn: asyncpg.Connection, n: int) -> None:
     )
     await conn.execute(
         """INSERT INTO session_coordination (user_id, created_at, updated_at, last_activity_at, expires_at)
-           SELECT (SELECT id FROM users ORDER BY id LIMIT 1 OFFSET (g % 1000)),
+           SELECT u.ids[1 + g % array_length(u.ids, 1)],
                   now() - interval '3 days', now() - interval '3 days', now() - interval '3 days',
                   now() - interval '1 day'
-           FROM generate_series(1, $1) g""",
+           FROM generate_series(1, $1) g,
+                (SELECT array_agg(id) AS ids FROM (SELECT id FROM users LIMIT 1000) f) u""",
         n,
     )
     await conn.execute(
         """INSERT INTO memories (user_id, agent_name, memory_type, category, content, content_size,
                                  access_level, created_at, updated_at, expires_at)
-           SELECT (SELECT id FROM users ORDER BY id LIMIT 1 OFFSET (g % 1000)), 'bench',
+           SELECT u.ids[1 + g % array_length(u.ids, 1)], 'bench',
                   'orchestrator', 'session_data', '{"n": 1}', 8, 'all_agents',
                   now() - interval '3 days', now() - interval '3 days', now() - interval '2 days'
-           FROM generate_series(1, $1) g""",
+           FROM generate_series(1, $1) g,
+                (SELECT array_agg(id) AS ids FROM (SELECT id FROM users LIMIT 1000) f) u""",
         n,
     )
     await conn.execute("ANALYZE")
@@ -367,6 +369,7 @@ WITH archived AS (
            now(), now() + interval '7 days'
     FROM session_coordination s
     WHERE expires_at < now() AND NOT preserve AND session_state ->> 'active_process' IS NULL
+      AND status <> 'completed'
     RETURNING session_id
 )
 DELETE FROM session_coordination s USING archived a WHERE s.session_id = a.session_id

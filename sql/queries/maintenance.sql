@@ -234,15 +234,17 @@ WHERE status = 'completed' AND coalesce(completed_at, created_at) < $1 AND NOT p
 
 -- name: delete_expired_memories
 -- Job 5a: memories past their expiry go (interaction patterns are archived instead, 5b).
-WITH picked AS (
-    SELECT memory_id FROM memories
-    WHERE expires_at < $1 AND category <> 'interaction_patterns'
-    ORDER BY expires_at
-    LIMIT $2
-    FOR UPDATE SKIP LOCKED
-)
-DELETE FROM memories m USING picked WHERE m.memory_id = picked.memory_id
-RETURNING m.memory_id
+-- Rows are picked by physical address (a TID scan, no join) and not locked first: a row
+-- updated meanwhile has moved to a new ctid, so the DELETE re-checks it, finds no match
+-- and leaves it for a later run. Locking first would write every row twice.
+DELETE FROM memories
+WHERE ctid = ANY(ARRAY(
+        SELECT ctid FROM memories
+        WHERE expires_at < $1 AND category <> 'interaction_patterns'
+        ORDER BY expires_at
+        LIMIT $2))
+  AND expires_at < $1 AND category <> 'interaction_patterns'
+RETURNING memory_id
 
 -- name: count_expired_memories
 SELECT count(*) FROM memories WHERE expires_at < $1 AND category <> 'interaction_patterns'
@@ -272,25 +274,28 @@ RETURNING memory_id
 SELECT count(*) FROM memories WHERE expires_at < $1 AND category = 'interaction_patterns'
 
 -- name: purge_memory_archive
--- Job 5c: archived memories older than the archive retention are purged.
-WITH picked AS (
-    SELECT memory_id FROM memory_archive WHERE archived_at < $1
-    ORDER BY archived_at LIMIT $2 FOR UPDATE SKIP LOCKED
-)
-DELETE FROM memory_archive a USING picked WHERE a.memory_id = picked.memory_id
-RETURNING a.memory_id
+-- Job 5c: archived memories older than the archive retention are purged (picked by ctid,
+-- as in delete_expired_memories).
+DELETE FROM memory_archive
+WHERE ctid = ANY(ARRAY(
+        SELECT ctid FROM memory_archive WHERE archived_at < $1
+        ORDER BY archived_at LIMIT $2))
+  AND archived_at < $1
+RETURNING memory_id
 
 -- name: count_purgeable_memory_archive
 SELECT count(*) FROM memory_archive WHERE archived_at < $1
 
 -- name: purge_session_archive
 -- Archived sessions past their recovery window are gone for good. $1 now, $2 batch size.
-WITH picked AS (
-    SELECT session_id FROM session_archive WHERE restorable_until < $1
-    ORDER BY restorable_until LIMIT $2 FOR UPDATE SKIP LOCKED
-)
-DELETE FROM session_archive a USING picked WHERE a.session_id = picked.session_id
-RETURNING a.session_id
+-- Picked by ctid, as in delete_expired_memories: a restore racing the purge either wins
+-- (the row is gone when the DELETE re-checks it) or finds nothing to restore.
+DELETE FROM session_archive
+WHERE ctid = ANY(ARRAY(
+        SELECT ctid FROM session_archive WHERE restorable_until < $1
+        ORDER BY restorable_until LIMIT $2))
+  AND restorable_until < $1
+RETURNING session_id
 
 -- name: count_purgeable_session_archive
 SELECT count(*) FROM session_archive WHERE restorable_until < $1
