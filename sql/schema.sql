@@ -60,9 +60,10 @@ CREATE INDEX session_coordination_user_created_idx
     ON session_coordination (user_id, created_at DESC, session_id DESC);
 CREATE INDEX session_coordination_user_status_created_idx
     ON session_coordination (user_id, status, created_at DESC, session_id DESC);
--- Expiry sweeps only ever look at sessions that cleanup may touch.
+-- Expiry sweeps and warnings only ever look at sessions that cleanup may touch (completed
+-- sessions wait for the archival job instead).
 CREATE INDEX session_coordination_expiry_idx
-    ON session_coordination (expires_at) WHERE NOT preserve;
+    ON session_coordination (expires_at) WHERE NOT preserve AND status <> 'completed';
 -- Inactivity sweeps only ever look at active sessions.
 CREATE INDEX session_coordination_activity_idx
     ON session_coordination (last_activity_at) WHERE status = 'active';
