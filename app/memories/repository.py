@@ -32,6 +32,8 @@ class WriteReference:
     categories: dict[str, str]
     levels: frozenset[str]
     readable: frozenset[str]
+    users: frozenset[UUID]
+    session_owners: dict[UUID, UUID]
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,9 +80,14 @@ def _category(row: asyncpg.Record) -> Category:
     )
 
 
-async def write_reference(conn: Connection, reader: Reader) -> WriteReference:
-    """Types, categories and levels, plus the levels ``reader`` may use."""
-    row = await conn.fetchrow(Q.write_reference, reader.is_admin, reader.roles)
+async def write_reference(
+    conn: Connection, reader: Reader, user_ids: list[UUID], session_ids: list[UUID]
+) -> WriteReference:
+    """Types, categories and levels, the levels ``reader`` may use, and which of the named
+    users and sessions exist (with each session's owner)."""
+    row = await conn.fetchrow(
+        Q.write_reference, reader.is_admin, reader.roles, user_ids, session_ids
+    )
     if row is None:  # a SELECT without FROM always returns one row
         raise RuntimeError("write_reference returned no row")
     return WriteReference(
@@ -88,18 +95,9 @@ async def write_reference(conn: Connection, reader: Reader) -> WriteReference:
         categories=row["categories"],
         levels=frozenset(row["levels"]),
         readable=frozenset(row["readable"]),
+        users=frozenset(row["users"]),
+        session_owners={UUID(s): UUID(u) for s, u in row["session_owners"].items()},
     )
-
-
-async def session_owners(conn: Connection, session_ids: list[UUID]) -> dict[UUID, UUID]:
-    """session_id -> user_id for the sessions that exist."""
-    rows = await conn.fetch(Q.session_owners, session_ids)
-    return {row["session_id"]: row["user_id"] for row in rows}
-
-
-async def existing_users(conn: Connection, user_ids: list[UUID]) -> set[UUID]:
-    """The subset of ``user_ids`` that exist."""
-    return {row["id"] for row in await conn.fetch(Q.existing_users, user_ids)}
 
 
 async def insert_memory(
@@ -399,5 +397,9 @@ async def live_memory_level(conn: Connection, memory_id: UUID, now: datetime) ->
 
 
 async def insert_access_logs(conn: Connection, entries: list[tuple[Any, ...]]) -> None:
-    """Append many audit rows (tuples in insert_access_log's parameter order)."""
-    await conn.executemany(Q.insert_access_log, entries)
+    """Append audit rows (tuples in insert_access_log's parameter order)."""
+    if len(entries) == 1:
+        # Most requests log one row: a plain execute is one message, executemany more.
+        await conn.execute(Q.insert_access_log, *entries[0])
+    elif entries:
+        await conn.executemany(Q.insert_access_log, entries)

@@ -226,7 +226,7 @@ class MemoryService:
         now = self._clock.now()
         reader = reader_of(principal)
         query = {"user_id": str(user_id), "category": category, "key": key}
-        async with self._db.transaction() as conn:
+        async with self._db.connection() as conn:  # a read, then one audit row: see list
             memory = await repo.get_memory_by_key(conn, user_id, category, key, now, reader)
             await repo.insert_access_logs(
                 conn,
@@ -267,7 +267,9 @@ class MemoryService:
             )
         before = decode_time_id_cursor(cursor) if cursor else FIRST_PAGE
         now = self._clock.now()
-        async with self._db.transaction() as conn:
+        # No transaction: a read changes nothing, and the audit row is one statement that
+        # commits on its own (BEGIN and COMMIT would be two more round trips per read).
+        async with self._db.connection() as conn:
             items = await repo.list_memories(
                 conn, where, before, now, reader_of(principal), limit + 1
             )
@@ -309,7 +311,7 @@ class MemoryService:
         user, as many as fit in ``limit`` and ``max_bytes`` of content."""
         budget = max_bytes or self._settings.context_default_max_bytes
         now = self._clock.now()
-        async with self._db.transaction() as conn:
+        async with self._db.connection() as conn:  # reads, then one audit row: see list
             session = await sessions_repo.get_session(conn, session_id)
             if session is None:
                 raise NotFound(f"No session {session_id}.")
@@ -458,16 +460,18 @@ class MemoryService:
     ) -> list[_PlannedWrite]:
         """Validate every item against the reference data; 422/413/403 before any write."""
         reader = reader_of(principal)
-        ref = await repo.write_reference(conn, reader)
-        users = await repo.existing_users(conn, sorted({item.user_id for item in items}))
-        session_ids = sorted({item.session_id for item in items if item.session_id is not None})
-        owners = await repo.session_owners(conn, session_ids) if session_ids else {}
+        ref = await repo.write_reference(
+            conn,
+            reader,
+            sorted({item.user_id for item in items}),
+            sorted({item.session_id for item in items if item.session_id is not None}),
+        )
         errors: list[dict[str, str]] = []
         too_large: list[dict[str, str]] = []
         plans: list[_PlannedWrite] = []
         for index, item in enumerate(items):
             prefix = f"{index}." if batch else ""
-            plan = self._plan_one(item, ref, users, owners, prefix, errors, too_large)
+            plan = self._plan_one(item, ref, prefix, errors, too_large)
             if plan is not None:
                 plans.append(plan)
         if too_large:
@@ -501,8 +505,6 @@ class MemoryService:
         self,
         item: MemoryWrite | MemoryUpsert,
         ref: WriteReference,
-        users: set[UUID],
-        owners: dict[UUID, UUID],
         prefix: str,
         errors: list[dict[str, str]],
         too_large: list[dict[str, str]],
@@ -516,10 +518,10 @@ class MemoryService:
         level = item.access_level or ref.categories.get(category, "")
         if item.access_level is not None and item.access_level not in ref.levels:
             errors.append({"field": prefix + "access_level", "message": "unknown access level"})
-        if item.user_id not in users:
+        if item.user_id not in ref.users:
             errors.append({"field": prefix + "user_id", "message": "unknown user"})
         if item.session_id is not None:
-            owner = owners.get(item.session_id)
+            owner = ref.session_owners.get(item.session_id)
             if owner is None:
                 errors.append({"field": prefix + "session_id", "message": "unknown session"})
             elif owner != item.user_id:

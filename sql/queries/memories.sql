@@ -8,15 +8,19 @@
 
 -- name: write_reference
 -- Everything a write is checked against, in one round trip: memory type -> default
--- category, category -> default level, all levels, and the levels this caller may use.
--- $1 is_admin, $2 roles.
+-- category, category -> default level, all levels, the levels this caller may use, which
+-- of the named users exist and who owns each named session.
+-- $1 is_admin, $2 roles, $3 user ids, $4 session ids.
 SELECT
     (SELECT coalesce(jsonb_object_agg(name, default_category), '{}') FROM memory_types) AS types,
     (SELECT coalesce(jsonb_object_agg(name, default_access_level), '{}') FROM memory_categories)
         AS categories,
     (SELECT coalesce(array_agg(level ORDER BY level), '{}') FROM memory_access_levels) AS levels,
     (SELECT coalesce(array_agg(level ORDER BY level), '{}') FROM memory_access_levels
-     WHERE $1 OR required_role IS NULL OR required_role = ANY($2::text[])) AS readable
+     WHERE $1 OR required_role IS NULL OR required_role = ANY($2::text[])) AS readable,
+    (SELECT coalesce(array_agg(id), '{}') FROM users WHERE id = ANY($3::uuid[])) AS users,
+    (SELECT coalesce(jsonb_object_agg(session_id, user_id), '{}')
+     FROM session_coordination WHERE session_id = ANY($4::uuid[])) AS session_owners
 
 -- name: list_access_levels
 SELECT level, required_role, description FROM memory_access_levels ORDER BY level
@@ -58,12 +62,6 @@ INSERT INTO memory_types (name, default_category, description, created_at)
 VALUES ($1, $2, $3, $4)
 ON CONFLICT (name) DO NOTHING
 RETURNING name, default_category, description, created_at
-
--- name: session_owners
-SELECT session_id, user_id FROM session_coordination WHERE session_id = ANY($1::uuid[])
-
--- name: existing_users
-SELECT id FROM users WHERE id = ANY($1::uuid[])
 
 -- name: insert_memory
 -- No row back: the caller may not write at that access level (or the key is taken).
