@@ -112,9 +112,12 @@ async def update_session_content(
     session_id: UUID,
     expected_version: int,
     content: SessionContent,
+    changed_by: str,
+    change_reason: str,
     now: datetime,
 ) -> Session | None:
-    """Write new content if the version is still ``expected_version``; None otherwise."""
+    """Write new content and record it as the next version, if the session is still at
+    ``expected_version``; None otherwise."""
     row = await conn.fetchrow(
         Q.update_session_content,
         session_id,
@@ -129,6 +132,8 @@ async def update_session_content(
         content.preserve,
         content.completed_at,
         now,
+        changed_by,
+        change_reason,
     )
     return None if row is None else _session(row)
 

@@ -49,6 +49,8 @@ from app.users import repository as users_repo
 _NO_VERSION_CEILING = 1 << 62
 # Sessions in these states take no content changes (only `preserve` may still be set).
 _CLOSED = frozenset({"completed", "expired"})
+# Optimistic tries of a write before it falls back to locking the row (contended sessions).
+_OPTIMISTIC_ATTEMPTS = 3
 
 Mutation = Callable[[Session, datetime], tuple[SessionContent, str]]
 AfterWrite = Callable[[Connection, Session], Awaitable[None]]
@@ -381,28 +383,31 @@ class SessionService:
         mutate: Mutation,
         on_written: AfterWrite | None = None,
     ) -> Session:
-        """Lock, check the base version, apply ``mutate``, bump, record: one transaction."""
+        """Check the base version, apply ``mutate``, bump and record the version.
+
+        Without ``on_written`` this is optimistic: read, then one statement that writes only
+        if the version is unchanged (two round trips, no transaction). A write that keeps
+        losing that race, and every write with ``on_written``, takes the row lock instead.
+        """
         now = self._clock.now()
+        if on_written is None:
+            for _ in range(_OPTIMISTIC_ATTEMPTS):
+                async with self._db.connection() as conn:
+                    current = _at_base(session_id, await repo.get_session(conn, session_id), bases)
+                    content, reason = mutate(current, now)
+                    updated = await repo.update_session_content(
+                        conn, session_id, current.version, content, actor, reason, now
+                    )
+                if updated is not None:
+                    return updated
         async with self._db.transaction() as conn:
-            current = await repo.lock_session(conn, session_id)
-            if current is None:
-                raise NotFound(f"No session {session_id}.")
-            if bases is not None and current.version not in bases:
-                raise VersionConflict(
-                    f"Session {session_id} is at version {current.version}, not "
-                    f"{_describe(bases)}; re-read it, reapply your change and retry.",
-                    current_version=current.version,
-                    current=current,
-                )
+            current = _at_base(session_id, await repo.lock_session(conn, session_id), bases)
             content, reason = mutate(current, now)
             updated = await repo.update_session_content(
-                conn, session_id, current.version, content, now
+                conn, session_id, current.version, content, actor, reason, now
             )
             if updated is None:  # cannot happen while we hold the row lock
                 raise VersionConflict(f"Session {session_id} changed underneath this write.")
-            await repo.insert_session_version(
-                conn, session_id, updated.version, content, actor, reason, now
-            )
             if on_written is not None:
                 await on_written(conn, updated)
         return updated
@@ -424,6 +429,20 @@ class SessionService:
             raise Conflict(
                 f"Session {session.session_id} is {session.status}.", session_status=session.status
             )
+
+
+def _at_base(session_id: UUID, current: Session | None, bases: set[int] | None) -> Session:
+    """``current``, if it exists (else 404) and is at one of the ``bases`` (else 409)."""
+    if current is None:
+        raise NotFound(f"No session {session_id}.")
+    if bases is not None and current.version not in bases:
+        raise VersionConflict(
+            f"Session {session_id} is at version {current.version}, not "
+            f"{_describe(bases)}; re-read it, reapply your change and retry.",
+            current_version=current.version,
+            current=current,
+        )
+    return current
 
 
 def _describe(bases: set[int]) -> str:

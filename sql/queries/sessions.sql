@@ -19,21 +19,36 @@ SELECT * FROM session_coordination WHERE session_id = $1
 SELECT * FROM session_coordination WHERE session_id = $1 FOR UPDATE
 
 -- name: update_session_content
-UPDATE session_coordination
-SET session_state = $3,
-    agent_sequence = $4,
-    coordination_metadata = $5,
-    current_agent = $6,
-    progress_percentage = $7,
-    status = $8,
-    priority = $9,
-    preserve = $10,
-    completed_at = $11,
-    version = version + 1,
-    updated_at = $12,
-    last_activity_at = $12
-WHERE session_id = $1 AND version = $2
-RETURNING *
+-- The new content and its version row in one statement (so one round trip, and atomic
+-- even outside a transaction). No row back: the session is no longer at version $2.
+-- $13 changed_by, $14 change_reason.
+WITH updated AS (
+    UPDATE session_coordination
+    SET session_state = $3,
+        agent_sequence = $4,
+        coordination_metadata = $5,
+        current_agent = $6,
+        progress_percentage = $7,
+        status = $8,
+        priority = $9,
+        preserve = $10,
+        completed_at = $11,
+        version = version + 1,
+        updated_at = $12,
+        last_activity_at = $12
+    WHERE session_id = $1 AND version = $2
+    RETURNING *
+), recorded AS (
+    INSERT INTO session_state_versions (
+        session_id, version, session_state, agent_sequence, coordination_metadata,
+        current_agent, progress_percentage, status, priority, changed_by, change_reason,
+        created_at
+    )
+    SELECT session_id, version, session_state, agent_sequence, coordination_metadata,
+           current_agent, progress_percentage, status, priority, $13, $14, $12::timestamptz
+    FROM updated
+)
+SELECT * FROM updated
 
 -- name: insert_session_version
 INSERT INTO session_state_versions (

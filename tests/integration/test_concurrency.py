@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 
 import httpx
+from litestar import Litestar
 
+from tests.conftest import same_app_client
 from tests.integration.helpers import create_session, if_match
 
 
@@ -65,3 +67,33 @@ async def test_writers_that_retry_on_conflict_lose_no_update(client: httpx.Async
         if cursor is None:
             break
     assert versions == list(range(final["version"], 0, -1))  # no gaps, no duplicates
+
+
+async def test_wildcard_writers_racing_on_one_session_all_land(
+    running_app: Litestar, client: httpx.AsyncClient
+) -> None:
+    """If-Match: * writes are applied to whatever is current. Writes race optimistically
+    (read, then write only if the version is unchanged); one that keeps losing falls back
+    to the row lock. Every write must land exactly once either way."""
+    session = await create_session(client)
+    url = f"/v1/sessions/{session['session_id']}"
+    writers = 24
+    # Separate clients, so the writes overlap inside the app rather than queue in one client.
+    clients = [same_app_client(running_app, dict(client.headers)) for _ in range(writers)]
+
+    async def write(index: int, writer: httpx.AsyncClient) -> int:
+        async with writer:
+            response = await writer.patch(
+                url,
+                json={"session_state": {"agent_outputs": {f"w{index}": index}}},
+                headers={"If-Match": "*"},
+            )
+        return response.status_code
+
+    statuses = await asyncio.gather(*(write(i, c) for i, c in enumerate(clients)))
+    assert statuses == [200] * writers
+    final = (await client.get(url)).json()
+    assert final["version"] == 1 + writers
+    assert final["session_state"]["agent_outputs"] == {f"w{i}": i for i in range(writers)}
+    history = (await client.get(f"{url}/versions", params={"limit": 100})).json()["items"]
+    assert [v["version"] for v in history] == list(range(1 + writers, 0, -1))
