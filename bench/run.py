@@ -175,7 +175,7 @@ async def seed_expired(conn: asyncpg.Connection, n: int) -> None:
         """INSERT INTO session_coordination (user_id, created_at, updated_at, last_activity_at, expires_at)
            SELECT u.ids[1 + g % array_length(u.ids, 1)],
                   now() - interval '3 days', now() - interval '3 days', now() - interval '3 days',
-                  now() - interval '1 day'
+                  now() - interval '1 hour' - g * (interval '1 day' / $1)
            FROM generate_series(1, $1) g,
                 (SELECT array_agg(id) AS ids FROM (SELECT id FROM users LIMIT 1000) f) u""",
         n,
@@ -185,7 +185,9 @@ async def seed_expired(conn: asyncpg.Connection, n: int) -> None:
                                  access_level, created_at, updated_at, expires_at)
            SELECT u.ids[1 + g % array_length(u.ids, 1)], 'bench',
                   'orchestrator', 'session_data', '{"n": 1}', 8, 'all_agents',
-                  now() - interval '3 days', now() - interval '3 days', now() - interval '2 days'
+                  now() - interval '3 days', now() - interval '3 days',
+                  -- spread over the past day, as real expiries are (not one shared instant)
+                  now() - interval '1 hour' - g * (interval '1 day' / $1)
            FROM generate_series(1, $1) g,
                 (SELECT array_agg(id) AS ids FROM (SELECT id FROM users LIMIT 1000) f) u""",
         n,

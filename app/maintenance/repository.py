@@ -102,6 +102,14 @@ async def batch(conn: Connection, query: str, *args: Any) -> int:
     return len(await conn.fetch(query, *args))
 
 
+async def resuming_batch(conn: Connection, query: str, *args: Any) -> tuple[int, Any]:
+    """Run one resuming batch statement: how many rows it took and where it reached."""
+    row = await conn.fetchrow(query, *args)
+    if row is None:  # the statement always returns one row
+        raise RuntimeError("a resuming batch statement returned no row")
+    return int(row["taken"]), row["reached"]
+
+
 async def count(conn: Connection, query: str, *args: Any) -> int:
     """Run one count statement (for dry runs)."""
     return int(await conn.fetchval(query, *args))

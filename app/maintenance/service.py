@@ -44,6 +44,10 @@ class Step:
     batch_args: Args
     count: str
     count_args: Args
+    # A resuming batch statement takes where the previous batch reached as its last
+    # parameter (NULL for the first) and returns (rows taken, where it reached), so no
+    # batch walks again over what earlier batches removed.
+    resumes: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,6 +155,7 @@ JOBS: dict[str, Job] = {
                     lambda now, s: (now,),
                     Q.count_expired_memories,
                     lambda now, s: (now,),
+                    resumes=True,
                 ),
                 Step(
                     "patterns_archived",
@@ -271,11 +276,14 @@ class MaintenanceService:
         limit = self._settings.batch_size
         for step in job.steps:
             details.setdefault(step.name, 0)
+            reached: Any = None
             while True:
                 async with self._db.transaction() as conn:
-                    taken = await repo.batch(
-                        conn, step.batch, *step.batch_args(now, self._settings), limit
-                    )
+                    args = (*step.batch_args(now, self._settings), limit)
+                    if step.resumes:
+                        taken, reached = await repo.resuming_batch(conn, step.batch, *args, reached)
+                    else:
+                        taken = await repo.batch(conn, step.batch, *args)
                     details[step.name] += taken
                     await repo.record_progress(
                         conn,

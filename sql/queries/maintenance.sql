@@ -234,17 +234,28 @@ WHERE status = 'completed' AND coalesce(completed_at, created_at) < $1 AND NOT p
 
 -- name: delete_expired_memories
 -- Job 5a: memories past their expiry go (interaction patterns are archived instead, 5b).
--- Rows are picked by physical address (a TID scan, no join) and not locked first: a row
--- updated meanwhile has moved to a new ctid, so the DELETE re-checks it, finds no match
--- and leaves it for a later run. Locking first would write every row twice.
-DELETE FROM memories
-WHERE ctid = ANY(ARRAY(
-        SELECT ctid FROM memories
-        WHERE expires_at < $1 AND category <> 'interaction_patterns'
-        ORDER BY expires_at
-        LIMIT $2))
-  AND expires_at < $1 AND category <> 'interaction_patterns'
-RETURNING memory_id
+-- Batches walk the expiry index in order. Each finds the expiry $2 rows further on, deletes
+-- everything up to and including that instant (so a batch is short only when the sweep is
+-- done; rows sharing that instant all go in this batch) and returns how many it took and
+-- the instant it reached; the next batch starts after it ($3, NULL for the first), so no
+-- batch steps over rows that earlier ones deleted. No rows are locked first: a row updated
+-- meanwhile is re-checked by the DELETE against its new expiry. $1 now, $2 batch size.
+WITH reach AS (
+    SELECT coalesce(
+        (SELECT expires_at FROM memories
+         WHERE expires_at < $1 AND expires_at > coalesce($3::timestamptz, '-infinity')
+           AND category <> 'interaction_patterns'
+         ORDER BY expires_at
+         OFFSET $2 - 1 LIMIT 1),
+        $1) AS upto
+), gone AS (
+    DELETE FROM memories
+    WHERE expires_at <= (SELECT upto FROM reach)
+      AND expires_at > coalesce($3::timestamptz, '-infinity')
+      AND expires_at < $1 AND category <> 'interaction_patterns'
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM gone) AS taken, (SELECT upto FROM reach) AS reached
 
 -- name: count_expired_memories
 SELECT count(*) FROM memories WHERE expires_at < $1 AND category <> 'interaction_patterns'

@@ -264,6 +264,51 @@ async def test_memory_retention(
     assert run.details["archive_purged"] == 1
 
 
+async def test_retention_batches_resume_and_take_every_expired_memory_once(
+    client: httpx.AsyncClient, frozen_clock: FrozenClock, make_replica: Any, database_url: str
+) -> None:
+    """Small batches over expiries that tie across batch boundaries: each batch starts
+    where the last one reached, takes every row sharing its last instant, and together
+    they delete exactly the expired memories (not patterns, not the unexpired)."""
+    user = await create_user(client)
+    now = frozen_clock.now()
+    conn = await asyncpg.connect(database_url)
+    try:
+        # 23 expired rows over 9 distinct instants (runs of 1, 2 and 5 ties), 4 unexpired
+        # (one exactly at now), and 3 expired interaction patterns (job 5b's, not 5a's).
+        ages = [1, 2, 2, 3, 3, 3, 3, 3, 4, 5, 5, 6, 7, 7, 7, 8, 8, 8, 8, 8, 9, 9, 9]
+        await conn.execute(
+            """INSERT INTO memories (user_id, agent_name, memory_type, category, content,
+                                     content_size, access_level, created_at, updated_at,
+                                     expires_at)
+               SELECT $1, 'test', 'orchestrator', c, '1', 1, 'all_agents', $2, $2,
+                      $3::timestamptz + make_interval(mins => m)
+               FROM unnest($4::text[], $5::int[]) AS t(c, m)""",
+            user,
+            now - timedelta(days=2),
+            now,
+            ["session_data"] * 27 + ["interaction_patterns"] * 3,
+            [-a for a in ages] + [0, 1, 60, 600] + [-1, -2, -3],
+        )
+    finally:
+        await conn.close()
+
+    planned = await make_replica(batch_size=4).run_now("memory_retention", dry_run=True)
+    assert planned.details["memories_deleted"] == len(ages)
+    run = await make_replica(batch_size=4).run_now("memory_retention", dry_run=False)
+    assert run.details["memories_deleted"] == len(ages)
+    assert run.details["patterns_archived"] == 3
+    left = await rows(database_url, "SELECT expires_at FROM memories ORDER BY expires_at")
+    assert [r["expires_at"] - now for r in left] == [
+        timedelta(0),
+        timedelta(minutes=1),
+        timedelta(minutes=60),
+        timedelta(minutes=600),
+    ]
+    again = await make_replica(batch_size=4).run_now("memory_retention", dry_run=False)
+    assert again.details["memories_deleted"] == 0
+
+
 # -- job 6: expiry warning ------------------------------------------------------------
 
 
