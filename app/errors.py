@@ -201,6 +201,9 @@ def handle_validation_error(
     )
 
 
+# What Litestar's InternalServerException says when the client disconnects mid-body.
+_CLIENT_GONE = "client disconnected prematurely"
+
 _HTTP_SLUGS = {
     400: ("Bad request", "bad-request"),
     401: ("Unauthorized", "unauthorized"),
@@ -216,6 +219,17 @@ _HTTP_SLUGS = {
 def handle_http_error(request: Request[Any, Any, Any], exc: HTTPException) -> Response[Any]:
     """Give framework HTTP errors (routing, body limit, malformed JSON) the problem shape."""
     status = exc.status_code
+    if status >= 500 and exc.detail == _CLIENT_GONE:
+        # The client closed the connection while sending its body (a load generator
+        # stopping, a timed-out caller): nothing went wrong here and nobody reads the answer.
+        logger.info("client disconnected mid-body on %s %s", request.method, request.url.path)
+        return problem_response(
+            400,
+            "Bad request",
+            "client-disconnected",
+            "The request body was cut off.",
+            request.url.path,
+        )
     if status >= 500:
         return handle_unexpected_error(request, exc)
     title, slug = _HTTP_SLUGS.get(status, ("Client error", "client-error"))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import httpx
@@ -10,6 +11,7 @@ from litestar import Litestar
 
 from app.common.validation import MAX_JSON_DEPTH
 from app.settings import DatabaseSettings, ServerSettings, Settings
+from tests.conftest import ADMIN_KEY
 from tests.integration.helpers import assert_problem, create_session, if_match
 
 
@@ -197,3 +199,46 @@ async def test_a_url_of_exactly_2000_characters_is_stored(client: httpx.AsyncCli
     assert changed.json()["url"] == url
     subscription = {"url": url, "event_types": ["session.expired"]}
     assert (await client.post("/v1/subscriptions", json=subscription)).status_code == 201
+
+
+async def test_a_client_that_disconnects_mid_body_is_not_logged_as_a_server_error(
+    running_app: Litestar, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A load generator stopping, or a caller timing out, closes the connection while its
+    body is on the way: not a bug of ours, so no ERROR log and no traceback."""
+    sent: list[dict[str, Any]] = []
+    chunks = [
+        {"type": "http.request", "body": b'{"user_id": ', "more_body": True},
+        {"type": "http.disconnect"},
+    ]
+
+    async def receive() -> dict[str, Any]:
+        return chunks.pop(0)
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": "/v1/memories",
+        "raw_path": b"/v1/memories",
+        "query_string": b"",
+        "root_path": "",
+        "headers": [
+            (b"host", b"testserver.local"),
+            (b"authorization", f"Bearer {ADMIN_KEY}".encode()),
+            (b"content-type", b"application/json"),
+            (b"content-length", b"100"),
+        ],
+        "client": ("127.0.0.1", 1),
+        "server": ("127.0.0.1", 80),
+    }
+    with caplog.at_level(logging.INFO):
+        await running_app(scope, receive, send)  # type: ignore[arg-type]
+    assert sent[0]["status"] == 400
+    assert [r for r in caplog.records if r.levelno >= logging.WARNING] == []
+    assert any("disconnected" in r.getMessage() for r in caplog.records)
