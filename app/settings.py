@@ -129,6 +129,11 @@ class SchedulerSettings(BaseSettings):
     delivery_interval: timedelta = timedelta(seconds=5)
     delivery_max_attempts: PositiveInt = 8
     delivery_timeout: timedelta = timedelta(seconds=10)
+    # Housekeeping: what the service itself records is kept this long, then purged daily.
+    housekeeping_interval: timedelta = timedelta(days=1)
+    audit_retention: timedelta = timedelta(days=365)
+    event_retention: timedelta = timedelta(days=30)
+    job_run_retention: timedelta = timedelta(days=90)
 
 
 class WebhookSettings(BaseSettings):

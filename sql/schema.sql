@@ -452,6 +452,8 @@ CREATE TABLE job_runs (
 );
 
 CREATE INDEX job_runs_job_started_idx ON job_runs (job_name, started_at DESC, run_id DESC);
+-- Housekeeping purges finished runs oldest first.
+CREATE INDEX job_runs_started_idx ON job_runs (started_at) WHERE status <> 'running';
 
 -- Who hears about events (an n8n webhook, say), and the secret their signatures use.
 CREATE TABLE subscriptions (
@@ -472,6 +474,8 @@ CREATE TABLE outbox_events (
 );
 
 CREATE INDEX outbox_events_type_created_idx ON outbox_events (event_type, created_at DESC);
+-- Housekeeping purges old events oldest first.
+CREATE INDEX outbox_events_created_idx ON outbox_events (created_at);
 
 -- One delivery per event and subscriber, with its retry state.
 CREATE TABLE event_deliveries (

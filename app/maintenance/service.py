@@ -175,6 +175,35 @@ JOBS: dict[str, Job] = {
             summary_event="memory.purged",
         ),
         Job(
+            "housekeeping",
+            "the memory access audit trail, finished events and finished job runs older than "
+            "their retention are purged",
+            lambda s: s.housekeeping_interval,
+            (
+                Step(
+                    "access_log_purged",
+                    Q.purge_access_log,
+                    lambda now, s: (now - s.audit_retention,),
+                    Q.count_purgeable_access_log,
+                    lambda now, s: (now - s.audit_retention,),
+                ),
+                Step(
+                    "events_purged",
+                    Q.purge_events,
+                    lambda now, s: (now - s.event_retention,),
+                    Q.count_purgeable_events,
+                    lambda now, s: (now - s.event_retention,),
+                ),
+                Step(
+                    "job_runs_purged",
+                    Q.purge_job_runs,
+                    lambda now, s: (now - s.job_run_retention,),
+                    Q.count_purgeable_job_runs,
+                    lambda now, s: (now - s.job_run_retention,),
+                ),
+            ),
+        ),
+        Job(
             "expiry_warning",
             "users of sessions about to expire are told once (session.expiring)",
             lambda s: s.warning_interval,

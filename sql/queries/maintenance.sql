@@ -429,3 +429,48 @@ RETURNING k.key
 
 -- name: count_purgeable_idempotency_keys
 SELECT count(*) FROM idempotency_keys WHERE expires_at < $1
+
+-- name: purge_access_log
+-- Job 7 (housekeeping): the memory access audit trail older than its retention, picked by
+-- ctid like the other purges. $1 cut-off, $2 batch size.
+DELETE FROM memory_access_log
+WHERE ctid = ANY(ARRAY(
+        SELECT ctid FROM memory_access_log WHERE at < $1 ORDER BY at LIMIT $2))
+  AND at < $1
+RETURNING log_id
+
+-- name: count_purgeable_access_log
+SELECT count(*) FROM memory_access_log WHERE at < $1
+
+-- name: purge_events
+-- Job 7: events older than their retention whose deliveries are all over (delivered or
+-- dead), with those deliveries (ON DELETE CASCADE). An event still being retried stays.
+-- Deliveries are created with their event, so an old event never gains a pending one.
+DELETE FROM outbox_events
+WHERE ctid = ANY(ARRAY(
+        SELECT e.ctid FROM outbox_events e
+        WHERE e.created_at < $1
+          AND NOT EXISTS (SELECT 1 FROM event_deliveries d
+                          WHERE d.event_id = e.event_id AND d.status = 'pending')
+        ORDER BY e.created_at LIMIT $2))
+  AND created_at < $1
+RETURNING event_id
+
+-- name: count_purgeable_events
+SELECT count(*) FROM outbox_events e
+WHERE e.created_at < $1
+  AND NOT EXISTS (SELECT 1 FROM event_deliveries d
+                  WHERE d.event_id = e.event_id AND d.status = 'pending')
+
+-- name: purge_job_runs
+-- Job 7: finished runs older than their retention (their slots are long past, so no
+-- replica will try to claim them again). A running claim is never removed.
+DELETE FROM job_runs
+WHERE ctid = ANY(ARRAY(
+        SELECT ctid FROM job_runs WHERE status <> 'running' AND started_at < $1
+        ORDER BY started_at LIMIT $2))
+  AND status <> 'running' AND started_at < $1
+RETURNING run_id
+
+-- name: count_purgeable_job_runs
+SELECT count(*) FROM job_runs WHERE status <> 'running' AND started_at < $1

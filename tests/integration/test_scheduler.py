@@ -309,6 +309,72 @@ async def test_retention_batches_resume_and_take_every_expired_memory_once(
     assert again.details["memories_deleted"] == 0
 
 
+async def test_housekeeping_purges_what_the_service_recorded_past_its_retention(
+    client: httpx.AsyncClient, frozen_clock: FrozenClock, make_replica: Any, database_url: str
+) -> None:
+    """Audit rows, finished events and finished job runs go after their retention; an
+    event still being retried and a running claim stay whatever their age."""
+    user = await create_user(client)
+    written = await client.post(
+        "/v1/memories", json={"user_id": user, "memory_type": "consultation", "content": 1}
+    )
+    assert written.status_code == 201
+    await client.get(f"/v1/memories/{written.json()['memory_id']}")
+    old = frozen_clock.now() - timedelta(days=400)
+    conn = await asyncpg.connect(database_url)
+    try:
+        subscription = await conn.fetchval(
+            """INSERT INTO subscriptions (url, secret, event_types, created_at)
+               VALUES ('http://127.0.0.1:9/hook', 'secret-0123456789abcdef',
+                       '{session.expired}', $1) RETURNING subscription_id""",
+            old,
+        )
+        events = [
+            await conn.fetchval(
+                "INSERT INTO outbox_events (event_type, payload, created_at)"
+                " VALUES ('session.expired', '{}', $1) RETURNING event_id",
+                old,
+            )
+            for _ in range(3)
+        ]
+        for event, status in zip(events, ["delivered", "dead", "pending"], strict=True):
+            await conn.execute(
+                "INSERT INTO event_deliveries (event_id, subscription_id, status, next_attempt_at)"
+                " VALUES ($1, $2, $3, $4)",
+                event,
+                subscription,
+                status,
+                old,
+            )
+        await conn.execute("UPDATE memory_access_log SET at = $1", old)
+        await conn.execute(
+            """INSERT INTO job_runs (job_name, slot_start, trigger, status, claimed_by,
+                                     started_at, lease_expires_at, finished_at)
+               VALUES ('archival', $1, 'schedule', 'succeeded', 'old', $1, $1, $1),
+                      ('expiry_cleanup', $1, 'schedule', 'running', 'stuck', $1, $1, NULL)""",
+            old,
+        )
+        audit_before = await conn.fetchval("SELECT count(*) FROM memory_access_log")
+    finally:
+        await conn.close()
+    assert audit_before >= 2
+
+    planned = await make_replica().run_now("housekeeping", dry_run=True)
+    assert planned.details == {
+        "access_log_purged": audit_before,
+        "events_purged": 2,
+        "job_runs_purged": 1,
+    }
+    run = await make_replica(batch_size=1).run_now("housekeeping", dry_run=False)
+    assert run.details == planned.details
+    left = await rows(database_url, "SELECT event_id FROM outbox_events")
+    assert [r["event_id"] for r in left] == [events[2]]
+    assert await rows(database_url, "SELECT 1 FROM memory_access_log") == []
+    runs = await rows(database_url, "SELECT claimed_by, status FROM job_runs ORDER BY started_at")
+    assert [(r["claimed_by"], r["status"]) for r in runs][0] == ("stuck", "running")
+    assert all(r["claimed_by"] != "old" for r in runs)
+
+
 # -- job 6: expiry warning ------------------------------------------------------------
 
 
@@ -444,6 +510,7 @@ async def test_jobs_api(client: httpx.AsyncClient, make_agent_client: Any) -> No
         "archival",
         "memory_retention",
         "expiry_warning",
+        "housekeeping",
     }
     assert jobs["expiry_cleanup"]["interval_seconds"] == 3600
     assert jobs["archival"]["interval_seconds"] == 86400

@@ -374,6 +374,7 @@ async def test_cleanup_runs_jobs_and_reports_counts(client: httpx.AsyncClient) -
         "expiry_cleanup",
         "expiry_extension",
         "expiry_warning",
+        "housekeeping",
         "inactivity_timeout",
         "memory_retention",
     }
