@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import secrets
 import socket
@@ -162,6 +163,9 @@ def create_app(
             await breakers.start()
             if scheduler is not None:
                 scheduler.start()
+            if settings.server.gc_freeze:
+                gc.collect()  # what is garbage now should not be frozen with the rest
+                gc.freeze()
             try:
                 yield
             finally:

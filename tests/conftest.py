@@ -24,8 +24,10 @@ ADMIN_KEY = "test-admin-key-0123456789abcdef"
 
 def pytest_configure(config: pytest.Config) -> None:
     """Tests fire requests far faster than any client should: no rate limit unless a test
-    sets one (settings read the environment when a test builds them)."""
+    sets one (settings read the environment when a test builds them); no gc.freeze."""
     os.environ.setdefault("SWITCHBOARD_RATE_LIMIT_PER_SECOND", "0")
+    # Hundreds of apps start in this one process; frozen objects would never be collected.
+    os.environ.setdefault("SWITCHBOARD_GC_FREEZE", "false")
 
 
 @pytest.fixture(scope="session")

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import gc
+from typing import Any
+
 import httpx
 
 from app.asgi import create_app
-from app.settings import Settings
+from app.settings import ServerSettings, Settings
 from tests import dbutil
 from tests.conftest import ADMIN_KEY, app_client, lifespan_of
 
@@ -62,3 +65,22 @@ async def test_metrics_can_be_turned_off(server_url: str, database_url: str) -> 
     app = create_app(settings, database_url=database_url, admin_key=ADMIN_KEY, run_scheduler=False)
     async with lifespan_of(app), app_client(app) as client:
         assert (await client.get("/metrics")).status_code == 404
+
+
+async def test_start_up_freezes_what_is_alive_only_when_asked(database_url: str) -> None:
+    def app(freeze: bool) -> Any:
+        return create_app(
+            Settings(server=ServerSettings(gc_freeze=freeze)),
+            database_url=database_url,
+            admin_key=ADMIN_KEY,
+            run_scheduler=False,
+        )
+
+    gc.unfreeze()
+    try:
+        async with lifespan_of(app(False)):
+            assert gc.get_freeze_count() == 0
+        async with lifespan_of(app(True)):
+            assert gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()  # the rest of the test process must stay collectable
