@@ -113,7 +113,10 @@ class SchedulerSettings(BaseSettings):
 
     # Run the jobs inside `switchboard serve` (false: run `python -m scheduler` separately).
     enabled: bool = True
-    batch_size: PositiveInt = 5000
+    # Rows per batch transaction. Each batch also commits and records progress, so small
+    # batches pay that overhead often (5,000: 1.8x a single DELETE over 1M expired memories;
+    # 20,000: 1.4x); a batch of expired sessions, the heaviest, takes about 2 s at 20,000.
+    batch_size: PositiveInt = 20_000
     # A claim whose process stops renewing it is taken over after this long.
     lease: timedelta = timedelta(minutes=5)
     inactivity_interval: timedelta = timedelta(minutes=5)
