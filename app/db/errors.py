@@ -7,10 +7,13 @@ violation that a service did not anticipate stays a bug (500) rather than being 
 from __future__ import annotations
 
 import asyncio
+import logging
 
 import asyncpg
 
 from app.errors import Conflict, ServiceUnavailable, ValidationFailed
+
+logger = logging.getLogger("switchboard.db")
 
 _UNAVAILABLE = (
     asyncpg.PostgresConnectionError,  # class 08: connection exceptions
@@ -33,7 +36,11 @@ def translate(exc: BaseException) -> Exception | None:
         return Conflict("A concurrent change got in the way; retry the request.", retryable=True)
     if isinstance(exc, asyncpg.DataError):
         # Values the schema rejects (out-of-range numbers, bad text encodings) are input errors.
-        return ValidationFailed(f"The database rejected a value: {exc}.", errors=[])
+        # The driver's text names query parameters and internals: logged, not returned.
+        logger.info("database rejected a value: %s", exc)
+        return ValidationFailed(
+            "The database rejected a value: out of range, or not valid for its type.", errors=[]
+        )
     if isinstance(exc, _UNAVAILABLE):
         return ServiceUnavailable("The database is unavailable; retry shortly.")
     return None
