@@ -14,6 +14,7 @@ from app.common.validation import reject_deep_json
 from app.sessions.schemas import Session
 
 IDENTIFIER_PATTERN = re.compile(r"^[a-z][a-z0-9_]{0,49}$")
+MAX_RETENTION_SECONDS = 100 * 365 * 86_400
 Identifier = Annotated[str, StringConstraints(pattern=IDENTIFIER_PATTERN.pattern)]
 MemoryKey = Annotated[str, StringConstraints(min_length=1, max_length=200)]
 
@@ -66,8 +67,10 @@ class CategoryWrite(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    # Seconds a memory is kept after its last write; null keeps it until deleted.
-    retention_seconds: int | None = Field(default=None, ge=60)
+    # Seconds a memory is kept after its last write; null keeps it until deleted. At most
+    # 100 years: beyond that "until deleted" is what is meant, and far larger numbers
+    # overflow the interval arithmetic.
+    retention_seconds: int | None = Field(default=None, ge=60, le=MAX_RETENTION_SECONDS)
     default_access_level: Identifier
     description: Annotated[str, StringConstraints(max_length=500)] = ""
 

@@ -415,13 +415,13 @@ class SessionService:
     def _lifetime(self, ttl_seconds: int | None) -> timedelta:
         if ttl_seconds is None:
             return self._settings.default_ttl
-        lifetime = timedelta(seconds=ttl_seconds)
-        if lifetime > self._settings.max_ttl:
+        # Compared as numbers first: a huge ttl_seconds would overflow timedelta (a 500).
+        if ttl_seconds > self._settings.max_ttl.total_seconds():
             raise ValidationFailed(
                 f"ttl_seconds may be at most {int(self._settings.max_ttl.total_seconds())}.",
                 errors=[{"field": "ttl_seconds", "message": "above the configured maximum"}],
             )
-        return lifetime
+        return timedelta(seconds=ttl_seconds)
 
     @staticmethod
     def _require_open(session: Session) -> None:

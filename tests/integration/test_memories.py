@@ -449,6 +449,19 @@ async def test_categories_types_and_levels(
         await client.put("/v1/memory-categories/x", json={"default_access_level": "everyone"}),
         422,
     )
+    for retention in (59, 100 * 365 * 86400 + 1, 10**20):  # found by the fuzzer: 10**20 was a 500
+        assert_problem(
+            await client.put(
+                "/v1/memory-categories/x",
+                json={"retention_seconds": retention, "default_access_level": "all_agents"},
+            ),
+            422,
+        )
+    longest = await client.put(
+        "/v1/memory-categories/centennial",
+        json={"retention_seconds": 100 * 365 * 86400, "default_access_level": "all_agents"},
+    )
+    assert longest.status_code in (200, 201), longest.text
     assert_problem(
         await client.put(
             "/v1/memory-categories/Bad-Name", json={"default_access_level": "all_agents"}
