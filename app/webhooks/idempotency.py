@@ -102,7 +102,8 @@ class IdempotencyService:
         except BaseException:
             await self._forget(principal, key)
             raise
-        async with self._db.transaction() as conn:
+        # One statement: it commits on its own, no BEGIN/COMMIT round trips needed.
+        async with self._db.connection() as conn:
             await repo.complete_key(conn, principal, key, status, payload)
         return StoredResponse(status, payload, replayed=False, problem=problem)
 
@@ -110,6 +111,14 @@ class IdempotencyService:
         self, principal: str, key: str, endpoint: str, fingerprint: bytes
     ) -> StoredResponse | None:
         now = self._clock.now()
+        # The common case, a key never seen: one INSERT ... ON CONFLICT DO NOTHING, atomic on
+        # its own. Only a key already present needs the read-decide-write below, in a
+        # transaction.
+        async with self._db.connection() as conn:
+            if await repo.claim_key(
+                conn, principal, key, endpoint, fingerprint, now, now + self._ttl
+            ):
+                return None
         async with self._db.transaction() as conn:
             for _ in range(2):
                 if await repo.claim_key(
