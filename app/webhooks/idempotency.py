@@ -121,13 +121,14 @@ class IdempotencyService:
                 return None
         async with self._db.transaction() as conn:
             for _ in range(2):
-                if await repo.claim_key(
-                    conn, principal, key, endpoint, fingerprint, now, now + self._ttl
-                ):
-                    return None
+                # The claim above just failed, so look first; claim only once the key is free.
                 existing = await repo.get_key(conn, principal, key)
                 if existing is None:
-                    continue  # it vanished between the two statements: claim again
+                    if await repo.claim_key(
+                        conn, principal, key, endpoint, fingerprint, now, now + self._ttl
+                    ):
+                        return None
+                    continue  # taken again between the two statements: look again
                 abandoned = (
                     existing.status != "completed"
                     and existing.created_at < now - IN_PROGRESS_TIMEOUT
