@@ -5,7 +5,9 @@ In memory and per process, like every Prometheus client; no extra dependency."""
 from __future__ import annotations
 
 import time
+from bisect import bisect_left
 from collections import defaultdict
+from itertools import accumulate
 from typing import Any
 
 from litestar import Controller, Response, get
@@ -36,9 +38,11 @@ class RequestMetrics:
         key = (method, route)
         self.sums[key] += seconds
         self.observations[key] += 1
-        for index, bound in enumerate(BUCKETS):
-            if seconds <= bound:
-                self.buckets[key][index] += 1
+        # One bucket per observation here; ``lines`` sums them into Prometheus's cumulative
+        # ``le`` buckets. Past the last bound, only ``+Inf`` (the observation count) has it.
+        index = bisect_left(BUCKETS, seconds)
+        if index < len(BUCKETS):
+            self.buckets[key][index] += 1
 
     def lines(self) -> list[str]:
         """The request metrics in Prometheus text format."""
@@ -57,7 +61,7 @@ class RequestMetrics:
         ]
         for (method, route), counts in sorted(self.buckets.items()):
             labels = f'method="{method}",route="{route}"'
-            for bound, count in zip(BUCKETS, counts, strict=True):
+            for bound, count in zip(BUCKETS, accumulate(counts), strict=True):
                 out.append(
                     f'switchboard_http_request_seconds_bucket{{{labels},le="{bound}"}} {count}'
                 )

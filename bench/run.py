@@ -222,15 +222,8 @@ async def seed_expired(conn: asyncpg.Connection, n: int) -> None:
 # -- the measurements ---------------------------------------------------------------------
 
 
-def http_paths(
-    sb: Server,
-    ceiling: Server,
-    seed: dict[str, list[str]],
-    conns: list[int],
-    seconds: int,
-    tmp: Path,
-    key: str,
-) -> dict[str, Any]:
+def http_scripts(seed: dict[str, list[str]], tmp: Path, key: str) -> dict[str, Path]:
+    """One wrk script per measured path, keyed by the name the results use."""
     sessions, mem_sessions, users = seed["sessions"], seed["memory_sessions"], seed["users"]
     one_kib = "x" * 1000
     scripts = {
@@ -291,6 +284,18 @@ def http_paths(
             key,
         ),
     }
+    return scripts
+
+
+def http_paths(
+    sb: Server,
+    ceiling: Server,
+    scripts: dict[str, Path],
+    conns: list[int],
+    seconds: int,
+    tmp: Path,
+    key: str,
+) -> dict[str, Any]:
     ceiling_post = lua("ceiling_post", 'wrk.method = "POST"\nwrk.body = \'{"a": 1}\'\n', tmp, key)
     results: dict[str, Any] = {}
     for c in conns:
@@ -635,7 +640,14 @@ def main() -> None:
         choices=["http", "database", "cpu", "cleanup", "growth"],
         help="run only this part (repeatable); printed, not written to bench/results",
     )
+    parser.add_argument(
+        "--path",
+        action="append",
+        help="with --only http: measure only the paths whose name contains this (repeatable)",
+    )
     args = parser.parse_args()
+    if args.path and args.only != ["http"]:
+        parser.error("--path needs --only http")
     if not shutil.which("wrk"):
         sys.exit("wrk is missing: sudo apt-get install wrk (Debian/Ubuntu)")
     quick = args.quick
@@ -660,7 +672,17 @@ def main() -> None:
             tmp = Path(tmp_dir)
             measures: dict[str, Callable[[], Any]] = {
                 "http": lambda: http_paths(
-                    sb, ceiling, seed, [16] if quick else [16, 64], 5 if quick else 15, tmp, key
+                    sb,
+                    ceiling,
+                    {
+                        name: script
+                        for name, script in http_scripts(seed, tmp, key).items()
+                        if not args.path or any(p in name for p in args.path)
+                    },
+                    [16] if quick else [16, 64],
+                    5 if quick else 15,
+                    tmp,
+                    key,
                 ),
                 "database": lambda: asyncio.run(database_ceiling(url, seed, 3 if quick else 10)),
                 "cpu": lambda: asyncio.run(cpu_paths(url)),

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable
 from typing import Any, Literal
 
 import orjson
@@ -27,6 +28,8 @@ class AgentServer:
     status: int = 200
     # With behaviour "close" or "fail": answer normally from this request number on.
     heal_after: int | None = None
+    # Awaited before each answer: lets a test change things while the agent "works".
+    before_reply: Callable[[], Awaitable[None]] | None = None
     requests: list[dict[str, Any]] = field(default_factory=list)
     # Raw bodies and lower-cased headers of every request, for signature checks.
     bodies: list[bytes] = field(default_factory=list)
@@ -90,6 +93,8 @@ class AgentServer:
             self.requests.append(orjson.loads(body) if body else {})
             if self.heal_after is not None and len(self.requests) > self.heal_after:
                 self.behaviour = "ok"
+            if self.before_reply is not None:
+                await self.before_reply()
             if self.behaviour == "hang":
                 await self._stopping.wait()
                 return

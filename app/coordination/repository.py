@@ -127,33 +127,6 @@ async def save_breaker(
     return 0 if row is None else int(row["version"])
 
 
-async def insert_decision(conn: Connection, values: dict[str, Any]) -> UUID:
-    """Store one decision; returns its id."""
-    decision_id: UUID = await conn.fetchval(
-        Q.insert_decision,
-        values["session_id"],
-        values["session_version"],
-        values["message"],
-        values["context_flags"],
-        values["classifier"],
-        values["intents"],
-        values["primary_intent"],
-        values["chosen_agent"],
-        values["routed_by"],
-        values["breaker_state"],
-        values["outcome"],
-        values["fallback"],
-        values["degraded"],
-        values["attempts"],
-        values["error"],
-        values["response"],
-        values["execution_time_ms"],
-        values["created_by"],
-        values["created_at"],
-    )
-    return decision_id
-
-
 async def list_decisions(
     conn: Connection, session_id: UUID, before: tuple[datetime, UUID], limit: int
 ) -> list[Decision]:

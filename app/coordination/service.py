@@ -327,20 +327,16 @@ class CoordinationService:
             "execution_time_ms": elapsed_ms,
             "created_by": principal.name,
         }
-        decision_id = uuid.uuid4()  # replaced by the stored id below
 
         def mutate(current: Session, now: datetime) -> tuple[SessionContent, str]:
             return self._session_change(current, now, prio, chosen, call, fallback, reply, pending)
 
-        async def record(conn: Connection, updated: Session) -> None:
-            nonlocal decision_id
-            decision["session_version"] = updated.version
-            decision["created_at"] = updated.updated_at
-            decision_id = await repo.insert_decision(conn, decision)
-
-        updated = await self._sessions.apply_change(
-            session.session_id, principal.name, mutate, record
+        # The decision is stored by the statement that writes the session (same version).
+        updated, decision_id = await self._sessions.apply_change(
+            session.session_id, principal.name, mutate, read=session, decision=decision
         )
+        if decision_id is None:  # the statement writes both or neither
+            raise RuntimeError("The session was written without its decision.")
         return MessageResult(
             decision_id=decision_id,
             session_id=updated.session_id,

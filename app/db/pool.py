@@ -94,8 +94,12 @@ class Database:
     @asynccontextmanager
     async def connection(self) -> AsyncIterator[Connection]:
         """A pooled connection in autocommit mode; driver errors become domain errors."""
+        pool = self.pool
+        # An idle connection is handed over without waiting, so the acquire timeout (an
+        # asyncio timer set and cancelled per request) only guards a pool that is in use.
+        timeout = None if pool.get_idle_size() else self._settings.acquire_timeout
         try:
-            async with self.pool.acquire(timeout=self._settings.acquire_timeout) as conn:
+            async with pool.acquire(timeout=timeout) as conn:
                 yield conn
         except Exception as exc:
             mapped = translate(exc)

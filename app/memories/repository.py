@@ -114,8 +114,10 @@ async def insert_memory(
     access_level: str,
     now: datetime,
     reader: Reader,
+    acting_principal: str | None,
 ) -> Memory | None:
-    """Insert; None if the level is not the writer's to use or the key is taken."""
+    """Insert and audit it as a "write" by ``agent_name``; None (nothing written, nothing
+    logged) if the level is not the writer's to use or the key is taken."""
     row = await conn.fetchrow(
         Q.insert_memory,
         user_id,
@@ -130,6 +132,7 @@ async def insert_memory(
         now,
         reader.is_admin,
         reader.roles,
+        acting_principal,
     )
     return None if row is None else _memory(row)
 

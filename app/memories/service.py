@@ -103,19 +103,18 @@ class MemoryService:
             plans = await self._plan(conn, items, principal, now, batch=batch)
             stored: list[Memory] = []
             for index, plan in enumerate(plans):
-                memory = await self._insert(conn, plan, principal, now)
+                memory = await self._insert(conn, plan, principal, now)  # audited with it
                 if memory is None:  # the level was checked in _plan: the key is taken
                     field = f"{index}.key" if batch else "key"
                     taken = _taken_key(plan, field)
                     await self._refuse_taken_key(conn, principal, plan, now, field, taken)
                 stored.append(memory)
-            await repo.insert_access_logs(
-                conn,
-                [self._entry(principal, "write", m.memory_id, None, True, 1, now) for m in stored],
-            )
             return stored
 
-        return await self._audited_transaction(run)
+        # One memory is one INSERT (with its audit row), atomic on its own: the checks
+        # before it only read, and retiring an expired key is a complete change by itself.
+        # A batch needs the transaction for all or nothing.
+        return await self._audited_transaction(run, atomic=len(items) > 1)
 
     async def upsert_by_key(
         self,
@@ -144,11 +143,11 @@ class MemoryService:
                         "No memory has this key yet; drop If-Match to create it.",
                         current_version=None,
                     )
-                memory = await self._insert(conn, plan, principal, now)
+                memory = await self._insert(conn, plan, principal, now)  # audited with it
                 if memory is None:
                     raced = Conflict("A concurrent write created this key; retry.", retryable=True)
                     await self._refuse_taken_key(conn, principal, plan, now, "key", raced)
-                action, created = "write", True
+                created = True
             else:
                 if create_only:
                     raise Conflict(
@@ -179,10 +178,10 @@ class MemoryService:
                         Forbidden("This memory's access level is not yours to overwrite."),
                         [self._entry(principal, "update", current.memory_id, None, False, 0, now)],
                     )
-                action, created = "update", False
-            await repo.insert_access_logs(
-                conn, [self._entry(principal, action, memory.memory_id, None, True, 1, now)]
-            )
+                await repo.insert_access_logs(
+                    conn, [self._entry(principal, "update", memory.memory_id, None, True, 1, now)]
+                )
+                created = False
             return memory, created
 
         return await self._audited_transaction(run)
@@ -555,6 +554,7 @@ class MemoryService:
                 access_level=plan.access_level,
                 now=now,
                 reader=reader_of(principal),
+                acting_principal=principal.delegated_by,
             )
             if memory is not None or item.key is None:
                 return memory
@@ -602,10 +602,13 @@ class MemoryService:
             raise error
         raise _Denied(error, [self._entry(principal, action, memory_id, None, False, 0, now)])
 
-    async def _audited_transaction(self, run: Callable[[Connection], Awaitable[T]]) -> T:
-        """Run ``run(conn)`` in a transaction; a denial rolls it back and is audited after."""
+    async def _audited_transaction(
+        self, run: Callable[[Connection], Awaitable[T]], *, atomic: bool = True
+    ) -> T:
+        """Run ``run(conn)`` in a transaction (or, not ``atomic``, statement by statement);
+        a denial rolls it back and is audited after."""
         try:
-            async with self._db.transaction() as conn:
+            async with self._db.transaction() if atomic else self._db.connection() as conn:
                 return await run(conn)
         except _Denied as denied:
             async with self._db.transaction() as conn:

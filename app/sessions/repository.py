@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime, timedelta
+from typing import Any
 from uuid import UUID
 
 import asyncpg
@@ -115,9 +117,11 @@ async def update_session_content(
     changed_by: str,
     change_reason: str,
     now: datetime,
-) -> Session | None:
+    decision: Mapping[str, Any] | None = None,
+) -> tuple[Session, UUID | None] | None:
     """Write new content and record it as the next version, if the session is still at
-    ``expected_version``; None otherwise."""
+    ``expected_version``; None otherwise. ``decision`` (coordination_decisions columns) is
+    logged with the new version; its id comes back with the session."""
     row = await conn.fetchrow(
         Q.update_session_content,
         session_id,
@@ -134,8 +138,9 @@ async def update_session_content(
         now,
         changed_by,
         change_reason,
+        decision,
     )
-    return None if row is None else _session(row)
+    return None if row is None else (_session(row), row["decision_id"])
 
 
 async def insert_session_version(

@@ -4,7 +4,7 @@ the webhooks and the scheduler all call this service."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -20,7 +20,7 @@ from app.common.pagination import (
     decode_time_id_cursor,
 )
 from app.common.validation import validate_as
-from app.db.pool import Connection, Database
+from app.db.pool import Database
 from app.errors import Conflict, NotFound, ValidationFailed, VersionConflict
 from app.sessions import repository as repo
 from app.sessions.schemas import (
@@ -53,7 +53,6 @@ _CLOSED = frozenset({"completed", "expired"})
 _OPTIMISTIC_ATTEMPTS = 3
 
 Mutation = Callable[[Session, datetime], tuple[SessionContent, str]]
-AfterWrite = Callable[[Connection, Session], Awaitable[None]]
 
 
 def content_of(session: Session) -> SessionContent:
@@ -362,55 +361,66 @@ class SessionService:
         session_id: UUID,
         actor: str,
         mutate: Mutation,
-        on_written: AfterWrite | None = None,
-    ) -> Session:
+        *,
+        read: Session | None = None,
+        decision: Mapping[str, Any] | None = None,
+    ) -> tuple[Session, UUID | None]:
         """A server-side change (the coordinator's): applied to whatever version is current,
-        versioned like any other write; ``on_written`` runs in the same transaction."""
+        versioned like any other write. ``read`` is the session as the caller last read it,
+        tried first as the base; ``decision`` is logged with the new version (its id is
+        returned with the session)."""
 
         def guarded(current: Session, now: datetime) -> tuple[SessionContent, str]:
             self._require_open(current)
             return mutate(current, now)
 
-        return await self._versioned_write(session_id, None, actor, guarded, on_written)
+        return await self._write(session_id, None, actor, guarded, read, decision)
 
     # -- helpers -----------------------------------------------------------------------
 
     async def _versioned_write(
+        self, session_id: UUID, bases: set[int] | None, actor: str, mutate: Mutation
+    ) -> Session:
+        written, _ = await self._write(session_id, bases, actor, mutate, None, None)
+        return written
+
+    async def _write(
         self,
         session_id: UUID,
         bases: set[int] | None,
         actor: str,
         mutate: Mutation,
-        on_written: AfterWrite | None = None,
-    ) -> Session:
+        read: Session | None,
+        decision: Mapping[str, Any] | None,
+    ) -> tuple[Session, UUID | None]:
         """Check the base version, apply ``mutate``, bump and record the version.
 
-        Without ``on_written`` this is optimistic: read, then one statement that writes only
-        if the version is unchanged (two round trips, no transaction). A write that keeps
-        losing that race, and every write with ``on_written``, takes the row lock instead.
+        Optimistic first: read (unless ``read`` is given), then one statement that writes
+        only if the version is unchanged (no transaction). A write that keeps losing that
+        race takes the row lock instead.
         """
         now = self._clock.now()
-        if on_written is None:
-            for _ in range(_OPTIMISTIC_ATTEMPTS):
-                async with self._db.connection() as conn:
-                    current = _at_base(session_id, await repo.get_session(conn, session_id), bases)
-                    content, reason = mutate(current, now)
-                    updated = await repo.update_session_content(
-                        conn, session_id, current.version, content, actor, reason, now
-                    )
-                if updated is not None:
-                    return updated
+        for _ in range(_OPTIMISTIC_ATTEMPTS):
+            async with self._db.connection() as conn:
+                if read is None or read.session_id != session_id:
+                    read = await repo.get_session(conn, session_id)
+                current = _at_base(session_id, read, bases)
+                content, reason = mutate(current, now)
+                written = await repo.update_session_content(
+                    conn, session_id, current.version, content, actor, reason, now, decision
+                )
+            if written is not None:
+                return written
+            read = None  # someone else wrote first: read again
         async with self._db.transaction() as conn:
             current = _at_base(session_id, await repo.lock_session(conn, session_id), bases)
             content, reason = mutate(current, now)
-            updated = await repo.update_session_content(
-                conn, session_id, current.version, content, actor, reason, now
+            written = await repo.update_session_content(
+                conn, session_id, current.version, content, actor, reason, now, decision
             )
-            if updated is None:  # cannot happen while we hold the row lock
+            if written is None:  # cannot happen while we hold the row lock
                 raise VersionConflict(f"Session {session_id} changed underneath this write.")
-            if on_written is not None:
-                await on_written(conn, updated)
-        return updated
+        return written
 
     def _lifetime(self, ttl_seconds: int | None) -> timedelta:
         if ttl_seconds is None:

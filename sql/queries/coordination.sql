@@ -90,15 +90,6 @@ SELECT pg_notify('switchboard_breakers', json_build_object(
        version
 FROM saved
 
--- name: insert_decision
-INSERT INTO coordination_decisions (
-    session_id, session_version, message, context_flags, classifier, intents, primary_intent,
-    chosen_agent, routed_by, breaker_state, outcome, fallback, degraded, attempts, error,
-    response, execution_time_ms, created_by, created_at
-)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)
-RETURNING decision_id
-
 -- name: list_decisions
 SELECT * FROM coordination_decisions
 WHERE session_id = $1 AND (created_at, decision_id) < ($2, $3)

@@ -64,19 +64,28 @@ ON CONFLICT (name) DO NOTHING
 RETURNING name, default_category, description, created_at
 
 -- name: insert_memory
--- No row back: the caller may not write at that access level (or the key is taken).
--- $11 is_admin, $12 roles.
-INSERT INTO memories (
-    user_id, session_id, agent_name, memory_type, category, key, content, content_size,
-    access_level, created_at, updated_at, expires_at
+-- The memory and its "write" audit row in one statement: atomic without a transaction.
+-- No row back: the caller may not write at that access level (or the key is taken), and
+-- nothing is logged. $3 the writer, $11 is_admin, $12 roles, $13 acting principal.
+WITH stored AS (
+    INSERT INTO memories (
+        user_id, session_id, agent_name, memory_type, category, key, content, content_size,
+        access_level, created_at, updated_at, expires_at
+    )
+    SELECT $1, $2, $3, $4, c.name, $6, $7, $8, $9, $10, $10, $10::timestamptz + c.retention
+    FROM memory_categories c
+    WHERE c.name = $5
+      AND $9 IN (SELECT level FROM memory_access_levels
+                 WHERE $11 OR required_role IS NULL OR required_role = ANY($12::text[]))
+    ON CONFLICT (user_id, category, key) DO NOTHING
+    RETURNING *
+), logged AS (
+    INSERT INTO memory_access_log (
+        agent_name, acting_principal, action, memory_id, query, allowed, rows, at
+    )
+    SELECT $3, $13, 'write', memory_id, NULL, true, 1, $10::timestamptz FROM stored
 )
-SELECT $1, $2, $3, $4, c.name, $6, $7, $8, $9, $10, $10, $10::timestamptz + c.retention
-FROM memory_categories c
-WHERE c.name = $5
-  AND $9 IN (SELECT level FROM memory_access_levels
-             WHERE $11 OR required_role IS NULL OR required_role = ANY($12::text[]))
-ON CONFLICT (user_id, category, key) DO NOTHING
-RETURNING *
+SELECT * FROM stored
 
 -- name: lock_memory_by_key
 -- The named memory, row-locked, if it is live and the caller may read it: for anyone else

@@ -19,9 +19,11 @@ SELECT * FROM session_coordination WHERE session_id = $1
 SELECT * FROM session_coordination WHERE session_id = $1 FOR UPDATE
 
 -- name: update_session_content
--- The new content and its version row in one statement (so one round trip, and atomic
--- even outside a transaction). No row back: the session is no longer at version $2.
--- $13 changed_by, $14 change_reason.
+-- The new content, its version row and (for the coordinator's changes) the decision that
+-- caused it, in one statement: one round trip, atomic even outside a transaction. No row
+-- back: the session is no longer at version $2. $13 changed_by, $14 change_reason,
+-- $15 the decision as a coordination_decisions row in JSON, or NULL; its session_version
+-- and created_at are the version written here.
 WITH updated AS (
     UPDATE session_coordination
     SET session_state = $3,
@@ -47,8 +49,21 @@ WITH updated AS (
     SELECT session_id, version, session_state, agent_sequence, coordination_metadata,
            current_agent, progress_percentage, status, priority, $13, $14, $12::timestamptz
     FROM updated
+), decided AS (
+    INSERT INTO coordination_decisions (
+        session_id, session_version, message, context_flags, classifier, intents,
+        primary_intent, chosen_agent, routed_by, breaker_state, outcome, fallback, degraded,
+        attempts, error, response, execution_time_ms, created_by, created_at
+    )
+    SELECT u.session_id, u.version, d.message, d.context_flags, d.classifier, d.intents,
+           d.primary_intent, d.chosen_agent, d.routed_by, d.breaker_state, d.outcome,
+           d.fallback, d.degraded, d.attempts, d.error, d.response, d.execution_time_ms,
+           d.created_by, u.updated_at
+    FROM updated u, jsonb_populate_record(NULL::coordination_decisions, $15::jsonb) d
+    WHERE $15::jsonb IS NOT NULL
+    RETURNING decision_id
 )
-SELECT * FROM updated
+SELECT updated.*, (SELECT decision_id FROM decided) AS decision_id FROM updated
 
 -- name: insert_session_version
 INSERT INTO session_state_versions (

@@ -645,6 +645,41 @@ async def test_two_messages_at_once_both_land(client: httpx.AsyncClient) -> None
     assert len(current["agent_sequence"]) == 2
 
 
+async def test_a_session_changed_while_the_agent_works_keeps_both_changes(
+    client: httpx.AsyncClient, agent: AgentServer
+) -> None:
+    """The message's write starts from the session it read before calling the agent; when
+    that is stale, it re-reads and reapplies rather than overwriting the other change."""
+    await configure(client, "Make_Plan_Agent", url=agent.url)
+    session = await create_session(client)
+    sid = session["session_id"]
+
+    async def someone_else_writes() -> None:
+        agent.before_reply = None
+        patched = await client.patch(
+            f"/v1/sessions/{sid}",
+            json={"session_state": {"user_preferences": {"tone": "brief"}}},
+            headers={"If-Match": '"1"'},
+        )
+        assert patched.status_code == 200
+
+    agent.before_reply = someone_else_writes
+    result = await send(client, sid, "make a plan for my budget")
+    assert result["agent"] == "Make_Plan_Agent"
+    assert result["session_version"] == 3
+    current = (await client.get(f"/v1/sessions/{sid}")).json()
+    assert current["version"] == 3
+    assert current["session_state"]["user_preferences"]["tone"] == "brief"
+    assert current["session_state"]["conversation_context"]["turn_count"] == 1
+    assert current["current_agent"] == "Make_Plan_Agent"
+    decisions = (await client.get(f"/v1/sessions/{sid}/decisions")).json()["items"]
+    assert [(d["decision_id"], d["session_version"]) for d in decisions] == [
+        (result["decision_id"], 3)
+    ]
+    versions = (await client.get(f"/v1/sessions/{sid}/versions")).json()["items"]
+    assert [v["version"] for v in versions][:2] == [3, 2]
+
+
 async def test_session_scoped_clients(running_app: Litestar) -> None:
     """Agents (not only the admin) may send messages."""
     async with app_client(running_app, {"Authorization": f"Bearer {ADMIN_KEY}"}) as admin:

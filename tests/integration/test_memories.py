@@ -161,6 +161,9 @@ async def test_batch_with_a_duplicate_key_writes_nothing(client: httpx.AsyncClie
     body = assert_problem(await client.post("/v1/memories", json=batch), 409)
     assert body["errors"][0]["field"] == "2.key"
     assert (await client.get("/v1/memories", params={"user_id": user_id})).json()["items"] == []
+    # Each insert writes its own audit row: the first two went back with the transaction.
+    log = (await client.get("/v1/audit/memory", params={"limit": 200})).json()["items"]
+    assert [e for e in log if e["action"] == "write" and e["allowed"]] == []
 
 
 async def test_batch_size_bounds(client: httpx.AsyncClient) -> None:
