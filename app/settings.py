@@ -76,6 +76,10 @@ class SessionSettings(BaseSettings):
     default_ttl: timedelta = timedelta(hours=24)
     max_ttl: timedelta = timedelta(days=30)
     active_process_extension: timedelta = timedelta(hours=4)
+    # A session keeps its last N agent executions; older ones stay in its version history
+    # and its decision log. Unbounded, every message would rewrite an ever longer row and
+    # copy it into the version history (storage growing with the square of the turns).
+    agent_sequence_limit: PositiveInt = 100
 
 
 class MemorySettings(BaseSettings):

@@ -405,7 +405,7 @@ class SessionService:
                 if read is None or read.session_id != session_id:
                     read = await repo.get_session(conn, session_id)
                 current = _at_base(session_id, read, bases)
-                content, reason = mutate(current, now)
+                content, reason = self._bounded(mutate(current, now))
                 written = await repo.update_session_content(
                     conn, session_id, current.version, content, actor, reason, now, decision
                 )
@@ -414,13 +414,21 @@ class SessionService:
             read = None  # someone else wrote first: read again
         async with self._db.transaction() as conn:
             current = _at_base(session_id, await repo.lock_session(conn, session_id), bases)
-            content, reason = mutate(current, now)
+            content, reason = self._bounded(mutate(current, now))
             written = await repo.update_session_content(
                 conn, session_id, current.version, content, actor, reason, now, decision
             )
             if written is None:  # cannot happen while we hold the row lock
                 raise VersionConflict(f"Session {session_id} changed underneath this write.")
         return written
+
+    def _bounded(self, change: tuple[SessionContent, str]) -> tuple[SessionContent, str]:
+        """The change with only the last ``agent_sequence_limit`` executions kept."""
+        content, reason = change
+        limit = self._settings.agent_sequence_limit
+        if len(content.agent_sequence) > limit:
+            content = replace(content, agent_sequence=content.agent_sequence[-limit:])
+        return content, reason
 
     def _lifetime(self, ttl_seconds: int | None) -> timedelta:
         if ttl_seconds is None:
