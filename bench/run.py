@@ -180,15 +180,33 @@ async def seed_http(
            FROM (SELECT * FROM session_coordination LIMIT 200) s, generate_series(1, 20) g"""
     )
     await conn.execute("ANALYZE")
-    sessions = [
+    every = [
         str(r[0])
-        for r in await conn.fetch("SELECT session_id FROM session_coordination LIMIT 1000")
+        for r in await conn.fetch("SELECT session_id FROM session_coordination ORDER BY 1")
     ]
     with_memories = [
         str(r[0]) for r in await conn.fetch("SELECT DISTINCT session_id FROM memories LIMIT 200")
     ]
-    users_list = [str(r[0]) for r in await conn.fetch("SELECT id FROM users LIMIT 200")]
-    return {"sessions": sessions, "memory_sessions": with_memories, "users": users_list}
+    # Messages grow their sessions (each appends an agent execution): they get sessions of
+    # their own, so session reads measure the same rows however long the run.
+    read_by_memory_paths = set(with_memories)
+    talked_to = [s for s in every if s not in read_by_memory_paths][:400]
+    sessions = sorted(set(every) - set(talked_to))
+    # Writers are users of their own: what the write paths add must not change what the
+    # read paths measure (context reads the user's session-less memories too).
+    writers = [
+        str(r[0])
+        for r in await conn.fetch(
+            "INSERT INTO users (id) SELECT uuid_generate_v7() FROM generate_series(1, 100)"
+            " RETURNING id"
+        )
+    ]
+    return {
+        "sessions": sessions,
+        "memory_sessions": with_memories,
+        "message_sessions": talked_to,
+        "users": writers,
+    }
 
 
 async def seed_expired(conn: asyncpg.Connection, n: int) -> None:
@@ -268,7 +286,7 @@ def http_scripts(seed: dict[str, list[str]], tmp: Path, key: str) -> dict[str, P
         ),
         "POST /v1/sessions/{id}/messages (breaker open)": lua(
             "message",
-            lua_list("ids", sessions)
+            lua_list("ids", seed["message_sessions"])
             + 'request = function() return wrk.format("POST", "/v1/sessions/" .. ids[math.random(#ids)] .. "/messages", nil,'
             ' \'{"text": "what is compound interest"}\') end\n',
             tmp,
