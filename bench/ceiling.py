@@ -1,11 +1,20 @@
 """The ceiling: a bare Litestar app answering a constant JSON body, served exactly like
-Switchboard (same uvicorn, one worker, same core). Every HTTP figure is a ratio to this."""
+Switchboard (same uvicorn, one worker, same core). Every HTTP figure is a ratio to this.
+
+With ``CEILING_DATABASE_URL`` set it also serves the *floor* of a database-backed path:
+``GET /one-query/{id}`` fetches one session row with one pooled asyncpg query (pool of 10,
+as Switchboard's) and returns it as JSON, with no authentication, validation or anything
+else. What it loses against ``/constant`` is what one query costs in this stack."""
 
 from __future__ import annotations
 
+import os
 from typing import Any
+from uuid import UUID
 
+import asyncpg
 from litestar import Litestar, get, post
+from litestar.datastructures import State
 
 BODY = {"status": "ok", "service": "ceiling", "items": [1, 2, 3]}
 
@@ -22,4 +31,25 @@ def constant_post(data: dict[str, Any]) -> dict[str, Any]:
     return BODY
 
 
-app = Litestar([constant, constant_post])
+@get("/one-query/{session_id:uuid}")
+async def one_query(session_id: UUID, state: State) -> dict[str, Any]:
+    """One session row by one pooled query, as JSON."""
+    row = await state.pool.fetchrow(
+        "SELECT * FROM session_coordination WHERE session_id = $1", session_id
+    )
+    return dict(row) if row is not None else {}
+
+
+async def _open_pool(app: Litestar) -> None:
+    url = os.environ.get("CEILING_DATABASE_URL")
+    app.state.pool = await asyncpg.create_pool(url, min_size=2, max_size=10) if url else None
+
+
+async def _close_pool(app: Litestar) -> None:
+    if app.state.pool is not None:
+        await app.state.pool.close()
+
+
+app = Litestar(
+    [constant, constant_post, one_query], on_startup=[_open_pool], on_shutdown=[_close_pool]
+)

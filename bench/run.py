@@ -305,30 +305,45 @@ def http_scripts(seed: dict[str, list[str]], tmp: Path, key: str) -> dict[str, P
     return scripts
 
 
+FLOOR = "floor: one query, bare Litestar + asyncpg"
+
+
 def http_paths(
     sb: Server,
     ceiling: Server,
     scripts: dict[str, Path],
+    seed: dict[str, list[str]],
     conns: list[int],
     seconds: int,
     tmp: Path,
     key: str,
 ) -> dict[str, Any]:
     ceiling_post = lua("ceiling_post", 'wrk.method = "POST"\nwrk.body = \'{"a": 1}\'\n', tmp, key)
+    floor = lua(
+        "floor",
+        lua_list("ids", seed["sessions"])
+        + 'request = function() return wrk.format("GET", "/one-query/" .. ids[math.random(#ids)]) end\n',
+        tmp,
+        key,
+    )
     results: dict[str, Any] = {}
     for c in conns:
         wrk(ceiling.port, "/constant", c, 2, None)  # warm-up
         base_get = wrk(ceiling.port, "/constant", c, seconds, None)
         base_post = wrk(ceiling.port, "/constant", c, seconds, ceiling_post)
+        wrk(ceiling.port, "/", c, 2, floor)  # warm-up (the floor's pool connects lazily)
+        base_floor = wrk(ceiling.port, "/", c, seconds, floor)
         rows = {
             "ceiling GET": {**base_get, "ratio": 1.0},
             "ceiling POST": {**base_post, "ratio": 1.0},
+            FLOOR: {**base_floor, "ratio": round(base_floor["rps"] / base_get["rps"], 3)},
         }
         for name, script in scripts.items():
             wrk(sb.port, "/", c, 2, script)  # warm-up
             measured = wrk(sb.port, "/", c, seconds, script)
             ceiling_rps = base_get["rps"] if name.startswith("GET") else base_post["rps"]
             measured["ratio"] = round(measured["rps"] / ceiling_rps, 3)
+            measured["to_floor"] = round(measured["rps"] / base_floor["rps"], 3)
             rows[name] = measured
         rows["rss_mib"] = {"switchboard": sb.rss_mib(), "ceiling": ceiling.rss_mib()}
         results[f"{c} connections"] = rows
@@ -609,14 +624,15 @@ def markdown(result: dict[str, Any]) -> str:
         lines += [
             f"**HTTP, {conns}**",
             "",
-            "| path | req/s | ratio to ceiling | p50 ms | p99 ms | errors |",
-            "|---|---|---|---|---|---|",
+            "| path | req/s | ratio to ceiling | ratio to floor | p50 ms | p99 ms | errors |",
+            "|---|---|---|---|---|---|---|",
         ]
         for name, row in rows.items():
             if name == "rss_mib":
                 continue
             lines.append(
-                f"| {name} | {row['rps']} | {row['ratio']} | {row['p50_ms']} | {row['p99_ms']} | {row['errors']} |"
+                f"| {name} | {row['rps']} | {row['ratio']} | {row.get('to_floor', '')} "
+                f"| {row['p50_ms']} | {row['p99_ms']} | {row['errors']} |"
             )
         lines += ["", f"Server RSS after the run: {rows['rss_mib']} MiB", ""]
     lines += ["**Database ceiling**", "", "| measure | value |", "|---|---|"]
@@ -684,7 +700,7 @@ def main() -> None:
             "SWITCHBOARD_ADMIN_KEY": ADMIN,
             "SWITCHBOARD_RATE_LIMIT_PER_SECOND": "0",
         }
-        sb, ceiling = Server("switchboard", env), Server("ceiling", {})
+        sb, ceiling = Server("switchboard", env), Server("ceiling", {"CEILING_DATABASE_URL": url})
         key = _prepare_client(sb.port)
         with tempfile.TemporaryDirectory() as tmp_dir:
             tmp = Path(tmp_dir)
@@ -697,6 +713,7 @@ def main() -> None:
                         for name, script in http_scripts(seed, tmp, key).items()
                         if not args.path or any(p in name for p in args.path)
                     },
+                    seed,
                     [16] if quick else [16, 64],
                     5 if quick else 15,
                     tmp,
