@@ -218,8 +218,11 @@ async def list_memories(
     now: datetime,
     reader: Reader,
     limit: int,
+    audit: tuple[str, str | None, dict[str, Any]],
 ) -> list[Memory]:
-    """A keyset page, newest first, through the index that fits the filter."""
+    """A keyset page of up to ``limit`` rows (fetch one more than a page), newest first,
+    through the index that fits the filter. The same statement writes the read's audit
+    row: ``audit`` is (reader, acting principal, the filters as asked)."""
     access = (before[0], before[1], now, reader.is_admin, reader.roles)
     if where.session_id is not None:
         rows = await conn.fetch(
@@ -233,6 +236,7 @@ async def list_memories(
             where.since,
             where.contains,
             limit,
+            *audit,
         )
     elif where.user_id is not None:
         rows = await conn.fetch(
@@ -246,6 +250,7 @@ async def list_memories(
             where.since,
             where.contains,
             limit,
+            *audit,
         )
     elif where.agent_name is not None:
         rows = await conn.fetch(
@@ -259,6 +264,7 @@ async def list_memories(
             where.since,
             where.contains,
             limit,
+            *audit,
         )
     else:
         rows = await conn.fetch(
@@ -269,6 +275,7 @@ async def list_memories(
             where.category,
             where.since,
             limit,
+            *audit,
         )
     return [_memory(row) for row in rows]
 

@@ -266,16 +266,18 @@ class MemoryService:
             )
         before = decode_time_id_cursor(cursor) if cursor else FIRST_PAGE
         now = self._clock.now()
-        # No transaction: a read changes nothing, and the audit row is one statement that
-        # commits on its own (BEGIN and COMMIT would be two more round trips per read).
+        # One statement reads the page and writes its audit row: no transaction needed.
         async with self._db.connection() as conn:
             items = await repo.list_memories(
-                conn, where, before, now, reader_of(principal), limit + 1
+                conn,
+                where,
+                before,
+                now,
+                reader_of(principal),
+                limit + 1,
+                (principal.name, principal.delegated_by, query),
             )
-            page, next_cursor = cut_page(items, limit, lambda m: (m.created_at, m.memory_id))
-            await repo.insert_access_logs(
-                conn, [self._entry(principal, "list", None, query, True, len(page), now)]
-            )
+        page, next_cursor = cut_page(items, limit, lambda m: (m.created_at, m.memory_id))
         return MemoryPage(items=page, next_cursor=next_cursor)
 
     async def read_user_category(
@@ -296,12 +298,17 @@ class MemoryService:
         """
         now = self._clock.now()
         where = MemoryFilter(user_id=user_id, category=category)
-        items = await repo.list_memories(conn, where, FIRST_PAGE, now, reader_of(principal), limit)
         query = {"user_id": str(user_id), "category": category, "purpose": purpose}
-        await repo.insert_access_logs(
-            conn, [self._entry(principal, "list", None, query, True, len(items), now)]
+        items = await repo.list_memories(
+            conn,
+            where,
+            FIRST_PAGE,
+            now,
+            reader_of(principal),
+            limit + 1,
+            (principal.name, principal.delegated_by, query),
         )
-        return items
+        return items[:limit]
 
     async def context(
         self, session_id: UUID, principal: Principal, limit: int, max_bytes: int | None

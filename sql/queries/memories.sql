@@ -160,66 +160,110 @@ RETURNING m.memory_id
 
 -- name: list_memories_by_session
 -- Keyset page before ($2, $3). $4 now, $5 is_admin, $6 roles; $7.. optional filters.
-SELECT m.* FROM memories m
-WHERE m.session_id = $1
-  AND (m.created_at, m.memory_id) < ($2, $3)
-  AND (m.expires_at IS NULL OR m.expires_at > $4)
-  AND m.access_level IN (SELECT level FROM memory_access_levels
-                         WHERE $5 OR required_role IS NULL OR required_role = ANY($6::text[]))
-  AND ($7::uuid IS NULL OR m.user_id = $7)
-  AND ($8::text IS NULL OR m.agent_name = $8)
-  AND ($9::text IS NULL OR m.memory_type = $9)
-  AND ($10::text IS NULL OR m.category = $10)
-  AND ($11::timestamptz IS NULL OR m.created_at >= $11)
-  AND ($12::jsonb IS NULL OR m.content @> $12)
+-- The list_memories_* queries fetch `limit + 1` rows (the last one only says a next page
+-- exists) and write the read's audit row in the same statement: the reader ($14), the key
+-- acting for it ($15), the filters ($16) and the rows returned (so at most `limit`).
+-- list_memories_by_content numbers them from $11.
+WITH page AS (
+    SELECT m.* FROM memories m
+    WHERE m.session_id = $1
+      AND (m.created_at, m.memory_id) < ($2, $3)
+      AND (m.expires_at IS NULL OR m.expires_at > $4)
+      AND m.access_level IN (SELECT level FROM memory_access_levels
+                             WHERE $5 OR required_role IS NULL OR required_role = ANY($6::text[]))
+      AND ($7::uuid IS NULL OR m.user_id = $7)
+      AND ($8::text IS NULL OR m.agent_name = $8)
+      AND ($9::text IS NULL OR m.memory_type = $9)
+      AND ($10::text IS NULL OR m.category = $10)
+      AND ($11::timestamptz IS NULL OR m.created_at >= $11)
+      AND ($12::jsonb IS NULL OR m.content @> $12)
+    ORDER BY m.created_at DESC, m.memory_id DESC
+    LIMIT $13
+), logged AS (
+    INSERT INTO memory_access_log (
+        agent_name, acting_principal, action, memory_id, query, allowed, rows, at
+    )
+    SELECT $14, $15, 'list', NULL, $16, true, least(count(*), $13 - 1), $4::timestamptz
+    FROM page
+)
+SELECT * FROM page m
 ORDER BY m.created_at DESC, m.memory_id DESC
-LIMIT $13
 
 -- name: list_memories_by_user
-SELECT m.* FROM memories m
-WHERE m.user_id = $1
-  AND (m.created_at, m.memory_id) < ($2, $3)
-  AND (m.expires_at IS NULL OR m.expires_at > $4)
-  AND m.access_level IN (SELECT level FROM memory_access_levels
-                         WHERE $5 OR required_role IS NULL OR required_role = ANY($6::text[]))
-  AND ($7::uuid IS NULL OR m.session_id = $7)
-  AND ($8::text IS NULL OR m.agent_name = $8)
-  AND ($9::text IS NULL OR m.memory_type = $9)
-  AND ($10::text IS NULL OR m.category = $10)
-  AND ($11::timestamptz IS NULL OR m.created_at >= $11)
-  AND ($12::jsonb IS NULL OR m.content @> $12)
+WITH page AS (
+    SELECT m.* FROM memories m
+    WHERE m.user_id = $1
+      AND (m.created_at, m.memory_id) < ($2, $3)
+      AND (m.expires_at IS NULL OR m.expires_at > $4)
+      AND m.access_level IN (SELECT level FROM memory_access_levels
+                             WHERE $5 OR required_role IS NULL OR required_role = ANY($6::text[]))
+      AND ($7::uuid IS NULL OR m.session_id = $7)
+      AND ($8::text IS NULL OR m.agent_name = $8)
+      AND ($9::text IS NULL OR m.memory_type = $9)
+      AND ($10::text IS NULL OR m.category = $10)
+      AND ($11::timestamptz IS NULL OR m.created_at >= $11)
+      AND ($12::jsonb IS NULL OR m.content @> $12)
+    ORDER BY m.created_at DESC, m.memory_id DESC
+    LIMIT $13
+), logged AS (
+    INSERT INTO memory_access_log (
+        agent_name, acting_principal, action, memory_id, query, allowed, rows, at
+    )
+    SELECT $14, $15, 'list', NULL, $16, true, least(count(*), $13 - 1), $4::timestamptz
+    FROM page
+)
+SELECT * FROM page m
 ORDER BY m.created_at DESC, m.memory_id DESC
-LIMIT $13
 
 -- name: list_memories_by_agent
-SELECT m.* FROM memories m
-WHERE m.agent_name = $1
-  AND (m.created_at, m.memory_id) < ($2, $3)
-  AND (m.expires_at IS NULL OR m.expires_at > $4)
-  AND m.access_level IN (SELECT level FROM memory_access_levels
-                         WHERE $5 OR required_role IS NULL OR required_role = ANY($6::text[]))
-  AND ($7::uuid IS NULL OR m.session_id = $7)
-  AND ($8::uuid IS NULL OR m.user_id = $8)
-  AND ($9::text IS NULL OR m.memory_type = $9)
-  AND ($10::text IS NULL OR m.category = $10)
-  AND ($11::timestamptz IS NULL OR m.created_at >= $11)
-  AND ($12::jsonb IS NULL OR m.content @> $12)
+WITH page AS (
+    SELECT m.* FROM memories m
+    WHERE m.agent_name = $1
+      AND (m.created_at, m.memory_id) < ($2, $3)
+      AND (m.expires_at IS NULL OR m.expires_at > $4)
+      AND m.access_level IN (SELECT level FROM memory_access_levels
+                             WHERE $5 OR required_role IS NULL OR required_role = ANY($6::text[]))
+      AND ($7::uuid IS NULL OR m.session_id = $7)
+      AND ($8::uuid IS NULL OR m.user_id = $8)
+      AND ($9::text IS NULL OR m.memory_type = $9)
+      AND ($10::text IS NULL OR m.category = $10)
+      AND ($11::timestamptz IS NULL OR m.created_at >= $11)
+      AND ($12::jsonb IS NULL OR m.content @> $12)
+    ORDER BY m.created_at DESC, m.memory_id DESC
+    LIMIT $13
+), logged AS (
+    INSERT INTO memory_access_log (
+        agent_name, acting_principal, action, memory_id, query, allowed, rows, at
+    )
+    SELECT $14, $15, 'list', NULL, $16, true, least(count(*), $13 - 1), $4::timestamptz
+    FROM page
+)
+SELECT * FROM page m
 ORDER BY m.created_at DESC, m.memory_id DESC
-LIMIT $13
 
 -- name: list_memories_by_content
 -- Containment search across users (uses the GIN index on content).
-SELECT m.* FROM memories m
-WHERE m.content @> $1
-  AND (m.created_at, m.memory_id) < ($2, $3)
-  AND (m.expires_at IS NULL OR m.expires_at > $4)
-  AND m.access_level IN (SELECT level FROM memory_access_levels
-                         WHERE $5 OR required_role IS NULL OR required_role = ANY($6::text[]))
-  AND ($7::text IS NULL OR m.memory_type = $7)
-  AND ($8::text IS NULL OR m.category = $8)
-  AND ($9::timestamptz IS NULL OR m.created_at >= $9)
+WITH page AS (
+    SELECT m.* FROM memories m
+    WHERE m.content @> $1
+      AND (m.created_at, m.memory_id) < ($2, $3)
+      AND (m.expires_at IS NULL OR m.expires_at > $4)
+      AND m.access_level IN (SELECT level FROM memory_access_levels
+                             WHERE $5 OR required_role IS NULL OR required_role = ANY($6::text[]))
+      AND ($7::text IS NULL OR m.memory_type = $7)
+      AND ($8::text IS NULL OR m.category = $8)
+      AND ($9::timestamptz IS NULL OR m.created_at >= $9)
+    ORDER BY m.created_at DESC, m.memory_id DESC
+    LIMIT $10
+), logged AS (
+    INSERT INTO memory_access_log (
+        agent_name, acting_principal, action, memory_id, query, allowed, rows, at
+    )
+    SELECT $11, $12, 'list', NULL, $13, true, least(count(*), $10 - 1), $4::timestamptz
+    FROM page
+)
+SELECT * FROM page m
 ORDER BY m.created_at DESC, m.memory_id DESC
-LIMIT $10
 
 -- name: list_context_memories
 -- What an agent needs to continue a session: the session's memories and the user's

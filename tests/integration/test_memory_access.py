@@ -200,3 +200,19 @@ async def test_audit_pagination(client: httpx.AsyncClient) -> None:
         if cursor is None:
             break
     assert len(seen) == len(set(seen)) == 5
+
+
+async def test_a_listed_page_is_audited_with_the_rows_it_returned(
+    client: httpx.AsyncClient,
+) -> None:
+    user_id = await create_user(client)
+    for _ in range(3):
+        await client.post("/v1/memories", json=body(user_id, "all_agents"))
+    first = (await client.get("/v1/memories", params={"user_id": user_id, "limit": 2})).json()
+    assert len(first["items"]) == 2
+    assert first["next_cursor"]
+    params = {"user_id": user_id, "limit": 2, "cursor": first["next_cursor"]}
+    assert len((await client.get("/v1/memories", params=params)).json()["items"]) == 1
+    log = (await client.get("/v1/audit/memory", params={"limit": 200})).json()["items"]
+    listed = [e["rows"] for e in reversed(log) if e["action"] == "list"]
+    assert listed == [2, 1]  # the look-ahead row is not counted
