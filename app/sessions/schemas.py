@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import Annotated, Any, Literal
 from uuid import UUID
 
+import msgspec
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
 from app.common.validation import reject_deep_json
@@ -171,9 +172,9 @@ class Rollback(BaseModel):
     base_version: int | None = Field(default=None, ge=1)
 
 
-@dataclass(frozen=True, slots=True)
-class Session:
-    """A session as the API shows it."""
+class Session(msgspec.Struct, frozen=True):
+    """A session as the API shows it (a msgspec struct, as Memory: built and encoded on
+    most requests)."""
 
     session_id: UUID
     user_id: UUID

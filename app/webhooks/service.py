@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict
 from datetime import timedelta
 from typing import Any
 from uuid import UUID
+
+import msgspec
 
 from app.auth.principal import Principal
 from app.clock import Clock
@@ -143,7 +144,7 @@ class WebhookService:
                     )
                 )[0]
                 created = True
-            return {"action": "write", "created": created, "memory": asdict(memory)}
+            return {"action": "write", "created": created, "memory": msgspec.structs.asdict(memory)}
         if data.action == "read":
             if data.memory_id is not None:
                 memory = await self._memories.get(data.memory_id, acting)
@@ -151,7 +152,7 @@ class WebhookService:
                 memory = await self._memories.get_by_key(
                     data.user_id, data.category, data.key, acting
                 )
-            return {"action": "read", "memory": asdict(memory)}
+            return {"action": "read", "memory": msgspec.structs.asdict(memory)}
         where = MemoryFilter(
             user_id=data.user_id,
             session_id=data.session_id,
@@ -166,7 +167,7 @@ class WebhookService:
         page = await self._memories.list_memories(where, data.limit, data.cursor, acting, query)
         return {
             "action": "query",
-            "items": [asdict(m) for m in page.items],
+            "items": [msgspec.structs.asdict(m) for m in page.items],
             "count": len(page.items),
             "next_cursor": page.next_cursor,
         }
