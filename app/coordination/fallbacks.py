@@ -14,13 +14,50 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-from app.coordination import repository as repo
 from app.db.pool import Connection
 from app.memories.schemas import Memory
 
 # Reads the user's profile memories on the given connection, under the access rules of
 # whoever sent the message, and audits the read (MemoryService.read_user_category).
 ProfileReader = Callable[[Connection], Awaitable[list[Memory]]]
+
+
+@dataclass(frozen=True, slots=True)
+class Lesson:
+    """One stored lesson of ``educational_content``, its keywords compiled once."""
+
+    topic: str
+    title: str
+    keywords: tuple[str, ...]
+    body: str
+    patterns: tuple[re.Pattern[str], ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        # Keywords are normalized as the question is (``words``), so "401(k)" meets "401 k".
+        normalized = (words(k) for k in self.keywords)
+        compiled = tuple(re.compile(rf"\b{re.escape(k)}\b") for k in normalized if k)
+        object.__setattr__(self, "patterns", compiled)
+
+    def hits(self, text: str) -> int:
+        """How many of the keywords occur as whole words in ``text`` (made by ``words``)."""
+        return sum(1 for pattern in self.patterns if pattern.search(text))
+
+
+_WORD = re.compile(r"[a-z0-9']+")
+
+
+def words(text: str) -> str:
+    """Lower-case words separated by single spaces: what keywords are matched against."""
+    return " ".join(_WORD.findall(text.lower()))
+
+
+@dataclass(frozen=True, slots=True)
+class FallbackData:
+    """The stored wording fallbacks answer with: every strategy's template and the lessons.
+    Reference data, read together and cached briefly by the coordinator."""
+
+    templates: dict[str, dict[str, Any]]
+    lessons: tuple[Lesson, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +74,7 @@ class FallbackContext:
     # For direct_agent_routing: the agent the keyword rules would pick, if any.
     routed_agent: str | None = None
     routed_intent: str | None = None
+    lessons: tuple[Lesson, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,31 +205,25 @@ async def change_confirmation_without_analysis(
     )
 
 
-_WORD = re.compile(r"[a-z0-9']+")
-
-
 async def static_educational_content(
-    conn: Connection, ctx: FallbackContext, template: dict[str, Any]
+    _: Connection, ctx: FallbackContext, template: dict[str, Any]
 ) -> FallbackResult:
     """The stored lesson whose keywords best match the question."""
-    lessons = await repo.educational_content(conn)
-    text = " ".join(_WORD.findall(ctx.text.lower()))
+    text = words(ctx.text)
     best, best_hits = None, 0
-    for lesson in lessons:
-        hits = sum(
-            1 for keyword in lesson["keywords"] if re.search(rf"\b{re.escape(keyword)}\b", text)
-        )
+    for lesson in ctx.lessons:
+        hits = lesson.hits(text)
         if hits > best_hits:
             best, best_hits = lesson, hits
     if best is None:
         default = template.get("default_topic")
-        best = next((lesson for lesson in lessons if lesson["topic"] == default), None)
+        best = next((lesson for lesson in ctx.lessons if lesson.topic == default), None)
     if best is None:
         return FallbackResult(ctx.strategy, "Our education assistant is not available right now.")
     return FallbackResult(
         ctx.strategy,
-        fill(str(template.get("message", "")), title=best["title"], body=best["body"]),
-        {"topic": best["topic"], "matched_keywords": best_hits},
+        fill(str(template.get("message", "")), title=best.title, body=best.body),
+        {"topic": best.topic, "matched_keywords": best_hits},
     )
 
 
@@ -211,10 +243,13 @@ GENERIC_APOLOGY = (
 )
 
 
-async def run_fallback(conn: Connection, ctx: FallbackContext) -> FallbackResult:
-    """Run the strategy named in ``ctx``; an unknown or missing one gives a plain apology."""
+async def run_fallback(
+    conn: Connection, ctx: FallbackContext, templates: dict[str, dict[str, Any]]
+) -> FallbackResult:
+    """Run the strategy named in ``ctx`` with its template from ``templates``; an unknown
+    or missing one gives a plain apology."""
     strategy = STRATEGIES.get(ctx.strategy)
-    template = await repo.fallback_template(conn, ctx.strategy) if strategy else None
+    template = templates.get(ctx.strategy) if strategy else None
     if strategy is None or template is None:
         return FallbackResult(ctx.strategy or "none", GENERIC_APOLOGY)
     return await strategy(conn, ctx, template)

@@ -8,6 +8,7 @@ from uuid import UUID
 
 import asyncpg
 
+from app.coordination.fallbacks import FallbackData, Lesson
 from app.coordination.schemas import Decision, IntentModifier, IntentType, RoutingAgent
 from app.db.pool import Connection
 from app.db.queries import QUERIES
@@ -95,15 +96,19 @@ async def put_intent_modifier(
     return True
 
 
-async def fallback_template(conn: Connection, strategy: str) -> dict[str, Any] | None:
-    """A fallback strategy's stored template."""
-    template: dict[str, Any] | None = await conn.fetchval(Q.fallback_template, strategy)
-    return template
-
-
-async def educational_content(conn: Connection) -> list[asyncpg.Record]:
-    """Every stored lesson (topic, title, keywords, body)."""
-    return list(await conn.fetch(Q.educational_content))
+async def fallback_data(conn: Connection) -> FallbackData:
+    """Every fallback strategy's template and every stored lesson."""
+    templates = {row["name"]: row["template"] for row in await conn.fetch(Q.fallback_templates)}
+    lessons = tuple(
+        Lesson(
+            topic=row["topic"],
+            title=row["title"],
+            keywords=tuple(row["keywords"]),
+            body=row["body"],
+        )
+        for row in await conn.fetch(Q.educational_content)
+    )
+    return FallbackData(templates=templates, lessons=lessons)
 
 
 async def list_breakers(conn: Connection) -> list[asyncpg.Record]:

@@ -17,7 +17,12 @@ from app.common.pagination import FIRST_PAGE, cut_page, decode_time_id_cursor
 from app.coordination import repository as repo
 from app.coordination.breakers import BreakerRegistry
 from app.coordination.dispatch import AgentClient, CallResult
-from app.coordination.fallbacks import FallbackContext, FallbackResult, run_fallback
+from app.coordination.fallbacks import (
+    FallbackContext,
+    FallbackData,
+    FallbackResult,
+    run_fallback,
+)
 from app.coordination.intents import (
     DetectedIntent,
     IntentRules,
@@ -116,6 +121,7 @@ class CoordinationService:
         self._agents = agents
         self._rules: IntentRules | None = None
         self._rules_data: dict[str, Any] = {}
+        self._fallback_data = FallbackData(templates={}, lessons=())
         self._rules_loaded_at = 0.0
 
     # -- analysis ----------------------------------------------------------------------
@@ -591,9 +597,10 @@ class CoordinationService:
             read_profile=read_profile,
             routed_agent=routed_agent,
             routed_intent=routed_intent,
+            lessons=self._fallback_data.lessons,
         )
         async with self._db.connection() as conn:
-            return await run_fallback(conn, ctx)
+            return await run_fallback(conn, ctx, self._fallback_data.templates)
 
     async def _apply_memory_updates(
         self, agent: RoutingAgent, session: Session, response: AgentResponse
@@ -663,13 +670,15 @@ class CoordinationService:
         return agent
 
     async def _load(self) -> tuple[IntentRules, list[RoutingAgent]]:
-        """The routing agents (always fresh) and the intent rules (cached briefly)."""
+        """The routing agents (always fresh) and the intent rules (cached briefly, with the
+        fallbacks' wording: reference data both)."""
         async with self._db.connection() as conn:
             agents = await repo.routing_agents(conn)
             fresh = time.monotonic() - self._rules_loaded_at < self._settings.rules_cache_seconds
             if self._rules is None or not fresh:
                 data = await repo.intent_rule_data(conn)
                 self._rules_data = data
+                self._fallback_data = await repo.fallback_data(conn)
                 self._rules_loaded_at = time.monotonic()
             else:
                 data = self._rules_data

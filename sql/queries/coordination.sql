@@ -63,8 +63,8 @@ DELETE FROM intent_modifier_cues WHERE modifier = $1
 INSERT INTO intent_modifier_cues (modifier, phrase)
 SELECT $1, unnest($2::text[])
 
--- name: fallback_template
-SELECT template FROM fallback_strategies WHERE name = $1
+-- name: fallback_templates
+SELECT name, template FROM fallback_strategies
 
 -- name: educational_content
 SELECT topic, title, keywords, body FROM educational_content ORDER BY topic
