@@ -40,9 +40,11 @@ class RequestMetrics:
         self.observations[key] += 1
         # One bucket per observation here; ``lines`` sums them into Prometheus's cumulative
         # ``le`` buckets. Past the last bound, only ``+Inf`` (the observation count) has it.
+        # The route's row exists from its first observation, even one past every bound.
+        counts = self.buckets[key]
         index = bisect_left(BUCKETS, seconds)
         if index < len(BUCKETS):
-            self.buckets[key][index] += 1
+            counts[index] += 1
 
     def lines(self) -> list[str]:
         """The request metrics in Prometheus text format."""

@@ -41,3 +41,14 @@ def test_routes_and_statuses_are_counted_apart() -> None:
     assert 'switchboard_http_requests_total{method="GET",route="/x",status="404"} 1' in text
     assert 'switchboard_http_request_seconds_count{method="GET",route="/x"} 2' in text
     assert 'switchboard_http_request_seconds_count{method="POST",route="/x"} 1' in text
+
+
+def test_a_route_whose_requests_all_exceed_the_last_bound_still_has_a_histogram() -> None:
+    metrics = RequestMetrics()
+    metrics.observe("POST", "/slow", 200, BUCKETS[-1] * 2)
+    buckets = _buckets(metrics)
+    assert buckets["+Inf"] == 1
+    assert buckets[str(BUCKETS[-1])] == 0
+    assert 'switchboard_http_request_seconds_count{method="POST",route="/slow"} 1' in "\n".join(
+        metrics.lines()
+    )
