@@ -2,7 +2,8 @@
 
 One function per strategy of the seed's agentFallbackStrategies table. Wording and
 parameters come from ``fallback_strategies.template`` (and ``educational_content``), so an
-operator changes what users read without a deploy; the code only decides what to fill in.
+operator changes what users read without a deploy (each replica re-reads them with the
+intent rules, within ``rules_cache_seconds``); the code only decides what to fill in.
 """
 
 from __future__ import annotations

@@ -316,7 +316,8 @@ class SessionService:
     async def rollback(
         self, session_id: UUID, data: Rollback, bases: set[int] | None, actor: str
     ) -> Session:
-        """Write a new version whose content equals ``to_version``; history is never rewritten."""
+        """Write a new version whose content equals ``to_version`` (its agent sequence
+        capped like every write's); history is never rewritten."""
         async with self._db.connection() as conn:
             target = await repo.get_session_version(conn, session_id, data.to_version)
         if target is None:

@@ -1,8 +1,28 @@
-"""Lesson keywords match whole words, with regex characters taken literally."""
+"""Lesson keywords match whole words, with regex characters taken literally, and the
+educational fallback answers with the lesson that matches most."""
 
 from __future__ import annotations
 
-from app.coordination.fallbacks import Lesson, words
+from datetime import UTC, datetime
+from typing import Any, cast
+from uuid import uuid4
+
+from app.coordination.fallbacks import (
+    GENERIC_APOLOGY,
+    FallbackContext,
+    Lesson,
+    run_fallback,
+    words,
+)
+from app.db.pool import Connection
+
+LESSONS = (
+    Lesson(topic="budgeting_basics", title="Budgets", keywords=("budget", "spending"), body="B"),
+    Lesson(topic="retirement", title="Retirement", keywords=("401(k)", "pension"), body="R"),
+)
+TEMPLATES = {
+    "static_educational_content": {"message": "{title}: {body}", "default_topic": "budgeting_basics"}
+}
 
 
 def test_keywords_count_as_whole_words_only() -> None:
@@ -13,6 +33,48 @@ def test_keywords_count_as_whole_words_only() -> None:
     assert lesson.hits(words("401k")) == 0
 
 
-def test_lessons_compare_by_their_data() -> None:
-    one = Lesson(topic="t", title="T", keywords=("a",), body="b")
-    assert one == Lesson(topic="t", title="T", keywords=("a",), body="b")
+async def _no_profile(_: Connection) -> list[Any]:
+    raise AssertionError("the educational fallback reads no memories")
+
+
+async def _answer(text: str) -> tuple[str, dict[str, Any]]:
+    ctx = FallbackContext(
+        strategy="static_educational_content",
+        text=text,
+        intent="ask_question",
+        failed_agent="Educate_Customer_Agent",
+        user_id=uuid4(),
+        now=datetime.now(UTC),
+        read_profile=_no_profile,
+        lessons=LESSONS,
+    )
+    # The strategy reads only what the context carries: no connection is needed.
+    result = await run_fallback(cast(Connection, None), ctx, TEMPLATES)
+    return result.text, result.data
+
+
+async def test_the_lesson_with_most_keyword_hits_answers() -> None:
+    text, data = await _answer("My 401(k) or my pension: which first? And my budget?")
+    assert text == "Retirement: R"
+    assert data == {"topic": "retirement", "matched_keywords": 2}
+
+
+async def test_no_match_falls_back_to_the_templates_default_topic() -> None:
+    text, data = await _answer("Tell me something")
+    assert text == "Budgets: B"
+    assert data == {"topic": "budgeting_basics", "matched_keywords": 0}
+
+
+async def test_a_missing_template_gives_the_plain_apology() -> None:
+    ctx = FallbackContext(
+        strategy="static_educational_content",
+        text="budget",
+        intent=None,
+        failed_agent=None,
+        user_id=uuid4(),
+        now=datetime.now(UTC),
+        read_profile=_no_profile,
+        lessons=LESSONS,
+    )
+    result = await run_fallback(cast(Connection, None), ctx, {})
+    assert result.text == GENERIC_APOLOGY
