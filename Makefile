@@ -13,7 +13,7 @@ help:
 	@echo "make test    run the whole test suite against a real PostgreSQL"
 	@echo "make lint    ruff (lint + format check) and mypy --strict"
 	@echo "make migrate apply migrations to SWITCHBOARD_DATABASE_URL (or the embedded server)"
-	@echo "make bench   benchmarks against their ceilings (bench-quick: about 3 minutes)"
+	@echo "make bench   benchmarks against their ceilings (bench-quick: under 2 minutes)"
 	@echo "make drills  fault drills (own embedded PostgreSQL, bounded, 127.0.0.1 only)"
 
 $(STAMP): requirements/runtime.txt requirements/dev.txt pyproject.toml
