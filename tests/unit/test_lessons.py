@@ -20,9 +20,8 @@ LESSONS = (
     Lesson(topic="budgeting_basics", title="Budgets", keywords=("budget", "spending"), body="B"),
     Lesson(topic="retirement", title="Retirement", keywords=("401(k)", "pension"), body="R"),
 )
-TEMPLATES = {
-    "static_educational_content": {"message": "{title}: {body}", "default_topic": "budgeting_basics"}
-}
+TEMPLATE = {"message": "{title}: {body}", "default_topic": "budgeting_basics"}
+TEMPLATES = {"static_educational_content": TEMPLATE}
 
 
 def test_keywords_count_as_whole_words_only() -> None:
@@ -49,7 +48,7 @@ async def _answer(text: str) -> tuple[str, dict[str, Any]]:
         lessons=LESSONS,
     )
     # The strategy reads only what the context carries: no connection is needed.
-    result = await run_fallback(cast(Connection, None), ctx, TEMPLATES)
+    result = await run_fallback(cast("Connection", None), ctx, TEMPLATES)
     return result.text, result.data
 
 
@@ -76,5 +75,5 @@ async def test_a_missing_template_gives_the_plain_apology() -> None:
         read_profile=_no_profile,
         lessons=LESSONS,
     )
-    result = await run_fallback(cast(Connection, None), ctx, {})
+    result = await run_fallback(cast("Connection", None), ctx, {})
     assert result.text == GENERIC_APOLOGY
