@@ -73,6 +73,9 @@ class Database:
             init=_init_connection,
             reset=_reset_connection,
             server_settings={"application_name": "switchboard", "timezone": "UTC"},
+            # Bounds every (re)connect, including one made for an acquire that was handed
+            # an idle slot without a timeout (``connection`` below).
+            timeout=self._settings.acquire_timeout,
         )
 
     async def close(self) -> None:
