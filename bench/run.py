@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import platform
@@ -622,6 +623,8 @@ async def growth(url: str, mode: Mode, sb: Server, tmp: Path, key: str) -> dict[
                 remaining -= chunk
             await conn.execute("ANALYZE memories; ANALYZE session_coordination")
             have = size
+        with contextlib.suppress(asyncpg.InsufficientPrivilegeError):
+            await conn.execute("CHECKPOINT")  # the filler rows written, as settle() does
         m = wrk(sb.port, "/", 1, mode.growth_window_s, mem)
         s = wrk(sb.port, "/", 1, mode.growth_window_s, sess)
         out[f"{size:,} rows"] = {
