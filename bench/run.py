@@ -331,9 +331,10 @@ FLOOR = "floor: one query, bare Litestar + asyncpg"
 
 def settle(url: str) -> None:
     """A CHECKPOINT before each HTTP measurement, so no timed or WAL-sized checkpoint (and
-    the write burst that comes with it) lands inside a window: on a shared disk it turned
-    commit latency into 100-300 ms p99 tails for whichever paths it met. Every target gets
-    the same; without the privilege (pg_checkpoint) the measurement goes on without it."""
+    the write burst that comes with it) lands inside a window: on a shared disk, one was
+    seen turning commit latency into 100-300 ms p99 tails for the paths it met (the disk
+    has other stalls of its own). Every target gets the same; without the privilege
+    (pg_checkpoint) the measurement goes on without it."""
 
     async def run() -> None:
         conn = await asyncpg.connect(url)
