@@ -15,12 +15,12 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-from app.db.pool import Connection
 from app.memories.schemas import Memory
 
-# Reads the user's profile memories on the given connection, under the access rules of
-# whoever sent the message, and audits the read (MemoryService.read_user_category).
-ProfileReader = Callable[[Connection], Awaitable[list[Memory]]]
+# Reads the user's profile memories under the access rules of whoever sent the message, and
+# audits the read (MemoryService.read_user_category). It takes a pooled connection only when
+# called: the one strategy that reads memories does, the others need no database.
+ProfileReader = Callable[[], Awaitable[list[Memory]]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,19 +106,17 @@ def label(name: str | None) -> str:
     return (name or "").replace("_", " ").strip()
 
 
-Strategy = Callable[[Connection, FallbackContext, dict[str, Any]], Awaitable[FallbackResult]]
+Strategy = Callable[[FallbackContext, dict[str, Any]], Awaitable[FallbackResult]]
 
 
 async def keyword_based_intent_detection(
-    _: Connection, ctx: FallbackContext, template: dict[str, Any]
+    ctx: FallbackContext, template: dict[str, Any]
 ) -> FallbackResult:
     """The classifier's fallback: the keyword rules already ran; say so."""
     return FallbackResult(ctx.strategy, fill(str(template.get("message", "")), intent=ctx.intent))
 
 
-async def direct_agent_routing(
-    _: Connection, ctx: FallbackContext, template: dict[str, Any]
-) -> FallbackResult:
+async def direct_agent_routing(ctx: FallbackContext, template: dict[str, Any]) -> FallbackResult:
     """Skip the orchestrator: name the specialist the keyword rules point to."""
     text = fill(
         str(template.get("message", "")),
@@ -134,7 +132,7 @@ async def direct_agent_routing(
 
 
 async def manual_data_entry_prompt(
-    _: Connection, ctx: FallbackContext, template: dict[str, Any]
+    ctx: FallbackContext, template: dict[str, Any]
 ) -> FallbackResult:
     """Ask the user to enter their data themselves, listing the fields."""
     fields = [str(name) for name in template.get("fields", [])]
@@ -143,7 +141,7 @@ async def manual_data_entry_prompt(
 
 
 async def generic_financial_advice_disclaimer(
-    _: Connection, ctx: FallbackContext, template: dict[str, Any]
+    ctx: FallbackContext, template: dict[str, Any]
 ) -> FallbackResult:
     """General guidance with the disclaimer."""
     return FallbackResult(ctx.strategy, str(template.get("message", "")))
@@ -161,13 +159,11 @@ def _monthly_income(profile: list[tuple[str | None, Any]], keys: list[str]) -> f
     return None
 
 
-async def basic_budget_template(
-    conn: Connection, ctx: FallbackContext, template: dict[str, Any]
-) -> FallbackResult:
+async def basic_budget_template(ctx: FallbackContext, template: dict[str, Any]) -> FallbackResult:
     """A 50/30/20 budget, in amounts when the user's profile says what they earn."""
     split = {k: float(v) for k, v in dict(template.get("split", {})).items()}
     # Only what the caller may read: an income at a level it lacks the role for is not used.
-    memories = sorted(await ctx.read_profile(conn), key=lambda m: m.updated_at, reverse=True)
+    memories = sorted(await ctx.read_profile(), key=lambda m: m.updated_at, reverse=True)
     profile = [(m.key, m.content) for m in memories]
     income = _monthly_income(profile, [str(k) for k in template.get("income_keys", [])])
     if income is None:
@@ -187,7 +183,7 @@ async def basic_budget_template(
 
 
 async def change_confirmation_without_analysis(
-    _: Connection, ctx: FallbackContext, template: dict[str, Any]
+    ctx: FallbackContext, template: dict[str, Any]
 ) -> FallbackResult:
     """Record the change request and queue its analysis for later."""
     request = ctx.text if len(ctx.text) <= 200 else ctx.text[:197] + "..."
@@ -207,7 +203,7 @@ async def change_confirmation_without_analysis(
 
 
 async def static_educational_content(
-    _: Connection, ctx: FallbackContext, template: dict[str, Any]
+    ctx: FallbackContext, template: dict[str, Any]
 ) -> FallbackResult:
     """The stored lesson whose keywords best match the question."""
     text = words(ctx.text)
@@ -245,7 +241,7 @@ GENERIC_APOLOGY = (
 
 
 async def run_fallback(
-    conn: Connection, ctx: FallbackContext, templates: dict[str, dict[str, Any]]
+    ctx: FallbackContext, templates: dict[str, dict[str, Any]]
 ) -> FallbackResult:
     """Run the strategy named in ``ctx`` with its template from ``templates``; an unknown
     or missing one gives a plain apology."""
@@ -253,4 +249,4 @@ async def run_fallback(
     template = templates.get(ctx.strategy) if strategy else None
     if strategy is None or template is None:
         return FallbackResult(ctx.strategy or "none", GENERIC_APOLOGY)
-    return await strategy(conn, ctx, template)
+    return await strategy(ctx, template)

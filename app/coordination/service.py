@@ -47,7 +47,7 @@ from app.coordination.schemas import (
     ModifierWrite,
     RoutingAgent,
 )
-from app.db.pool import Connection, Database
+from app.db.pool import Database
 from app.errors import Conflict, NotFound, SwitchboardError
 from app.memories.schemas import Memory, MemoryUpsert, MemoryWrite
 from app.memories.service import MemoryService
@@ -577,15 +577,16 @@ class CoordinationService:
                     break
         strategy = agent.fallback_strategy or ""
 
-        async def read_profile(conn: Connection) -> list[Memory]:
-            return await self._memories.read_user_category(
-                conn,
-                session.user_id,
-                PROFILE_CATEGORY,
-                principal,
-                purpose=f"fallback:{strategy}",
-                limit=PROFILE_READ_LIMIT,
-            )
+        async def read_profile() -> list[Memory]:
+            async with self._db.connection() as conn:
+                return await self._memories.read_user_category(
+                    conn,
+                    session.user_id,
+                    PROFILE_CATEGORY,
+                    principal,
+                    purpose=f"fallback:{strategy}",
+                    limit=PROFILE_READ_LIMIT,
+                )
 
         ctx = FallbackContext(
             strategy=strategy,
@@ -599,8 +600,7 @@ class CoordinationService:
             routed_intent=routed_intent,
             lessons=self._fallback_data.lessons,
         )
-        async with self._db.connection() as conn:
-            return await run_fallback(conn, ctx, self._fallback_data.templates)
+        return await run_fallback(ctx, self._fallback_data.templates)
 
     async def _apply_memory_updates(
         self, agent: RoutingAgent, session: Session, response: AgentResponse

@@ -4,7 +4,7 @@ educational fallback answers with the lesson that matches most."""
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any, cast
+from typing import Any
 from uuid import uuid4
 
 from app.coordination.fallbacks import (
@@ -14,7 +14,6 @@ from app.coordination.fallbacks import (
     run_fallback,
     words,
 )
-from app.db.pool import Connection
 
 LESSONS = (
     Lesson(topic="budgeting_basics", title="Budgets", keywords=("budget", "spending"), body="B"),
@@ -32,11 +31,13 @@ def test_keywords_count_as_whole_words_only() -> None:
     assert lesson.hits(words("401k")) == 0
 
 
-async def _no_profile(_: Connection) -> list[Any]:
+async def _no_profile() -> list[Any]:
     raise AssertionError("the educational fallback reads no memories")
 
 
-async def _answer(text: str) -> tuple[str, dict[str, Any]]:
+async def _answer(
+    text: str, templates: dict[str, dict[str, Any]] = TEMPLATES
+) -> tuple[str, dict[str, Any]]:
     ctx = FallbackContext(
         strategy="static_educational_content",
         text=text,
@@ -47,8 +48,7 @@ async def _answer(text: str) -> tuple[str, dict[str, Any]]:
         read_profile=_no_profile,
         lessons=LESSONS,
     )
-    # The strategy reads only what the context carries: no connection is needed.
-    result = await run_fallback(cast("Connection", None), ctx, TEMPLATES)
+    result = await run_fallback(ctx, templates)
     return result.text, result.data
 
 
@@ -65,15 +65,5 @@ async def test_no_match_falls_back_to_the_templates_default_topic() -> None:
 
 
 async def test_a_missing_template_gives_the_plain_apology() -> None:
-    ctx = FallbackContext(
-        strategy="static_educational_content",
-        text="budget",
-        intent=None,
-        failed_agent=None,
-        user_id=uuid4(),
-        now=datetime.now(UTC),
-        read_profile=_no_profile,
-        lessons=LESSONS,
-    )
-    result = await run_fallback(cast("Connection", None), ctx, {})
-    assert result.text == GENERIC_APOLOGY
+    text, _ = await _answer("budget", templates={})
+    assert text == GENERIC_APOLOGY
