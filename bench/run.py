@@ -329,19 +329,24 @@ def http_scripts(seed: dict[str, list[str]], tmp: Path, key: str) -> dict[str, P
 FLOOR = "floor: one query, bare Litestar + asyncpg"
 
 
+async def checkpoint(conn: asyncpg.Connection) -> None:
+    """Flush what earlier phases wrote before a measurement, so no timed or WAL-sized
+    checkpoint (and the write burst that comes with it) lands inside a window: on a shared
+    disk, one was seen turning commit latency into 100-300 ms p99 tails for the paths it
+    met (the disk has other stalls of its own). Without the privilege (pg_checkpoint) the
+    measurement goes on without it."""
+    with contextlib.suppress(asyncpg.InsufficientPrivilegeError):
+        await conn.execute("CHECKPOINT")
+
+
 def settle(url: str) -> None:
-    """A CHECKPOINT before each HTTP measurement, so no timed or WAL-sized checkpoint (and
-    the write burst that comes with it) lands inside a window: on a shared disk, one was
-    seen turning commit latency into 100-300 ms p99 tails for the paths it met (the disk
-    has other stalls of its own). Every target gets the same; without the privilege
-    (pg_checkpoint) the measurement goes on without it."""
+    """``checkpoint`` on a connection of its own, before each HTTP measurement (every
+    target gets the same)."""
 
     async def run() -> None:
         conn = await asyncpg.connect(url)
         try:
-            await conn.execute("CHECKPOINT")
-        except asyncpg.InsufficientPrivilegeError:
-            pass
+            await checkpoint(conn)
         finally:
             await conn.close()
 
@@ -523,12 +528,8 @@ async def cleanup_at_scale(
         await seed_expired(conn, n)
         await conn.execute("VACUUM ANALYZE session_coordination, memories")
 
-    async def quiet() -> None:
-        # Flush what the previous phase wrote, so no checkpoint lands inside a timing.
-        await conn.execute("CHECKPOINT")
-
     async def timed(work: Callable[[], Awaitable[Any]]) -> tuple[float, Any]:
-        await quiet()
+        await checkpoint(conn)
         start = time.perf_counter()
         result = await work()
         return time.perf_counter() - start, result
@@ -552,7 +553,7 @@ async def cleanup_at_scale(
     # 2. Reads while the jobs run (for as long as they run) against reads when idle.
     idle = wrk(sb.port, "/", 16, 5, get_script)
     await fresh_expired_rows()
-    await quiet()
+    await checkpoint(conn)
     load = WrkUntilStopped(sb.port, "/", 16, get_script)
     loaded = await sweep()
     busy = load.stop()
@@ -624,8 +625,7 @@ async def growth(url: str, mode: Mode, sb: Server, tmp: Path, key: str) -> dict[
                 remaining -= chunk
             await conn.execute("ANALYZE memories; ANALYZE session_coordination")
             have = size
-        with contextlib.suppress(asyncpg.InsufficientPrivilegeError):
-            await conn.execute("CHECKPOINT")  # the filler rows written, as settle() does
+        await checkpoint(conn)
         m = wrk(sb.port, "/", 1, mode.growth_window_s, mem)
         s = wrk(sb.port, "/", 1, mode.growth_window_s, sess)
         out[f"{size:,} rows"] = {
