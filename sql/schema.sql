@@ -90,8 +90,9 @@ CREATE TABLE session_state_versions (
 -- Memories (revision 0002)
 
 -- Who may read a memory of each access level: agents holding required_role (NULL: any
--- authenticated agent). The admin key reads every level. Kept as data so a deployment can
--- add levels without code.
+-- authenticated agent). The admin key reads every level, and the agent that wrote a memory
+-- always reads it (owner access). Any agent may write at any level. Kept as data so a
+-- deployment can add levels without code.
 CREATE TABLE memory_access_levels (
     level text PRIMARY KEY CHECK (level ~ '^[a-z][a-z0-9_]{0,49}$'),
     required_role text CHECK (required_role ~ '^[a-z][a-z0-9_]{0,49}$'),
@@ -510,3 +511,16 @@ CREATE TABLE idempotency_keys (
 );
 
 CREATE INDEX idempotency_keys_expires_idx ON idempotency_keys (expires_at);
+
+-- ---------------------------------------------------------------------------------------
+-- Memory access (revision 0009)
+
+-- The access levels a caller may read by role: all of them for the admin, else those that
+-- need no role or one the caller holds. Every memory statement uses it (with owner access
+-- beside it); a single SELECT in a STABLE SQL function, so the planner inlines it.
+CREATE FUNCTION memory_readable_levels(is_admin boolean, roles text[]) RETURNS SETOF text
+    LANGUAGE sql STABLE PARALLEL SAFE
+AS $$
+    SELECT level FROM memory_access_levels
+    WHERE is_admin OR required_role IS NULL OR required_role = ANY(roles)
+$$;

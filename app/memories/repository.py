@@ -18,8 +18,10 @@ Q = QUERIES.memories
 
 @dataclass(frozen=True, slots=True)
 class Reader:
-    """Whose access rules a statement applies: the admin flag and the agent's roles."""
+    """Whose access rules a statement applies: the caller's name (it always sees what it
+    wrote itself), the admin flag and the agent's roles."""
 
+    name: str
     is_admin: bool
     roles: list[str]
 
@@ -31,7 +33,6 @@ class WriteReference:
     types: dict[str, str]
     categories: dict[str, str]
     levels: frozenset[str]
-    readable: frozenset[str]
     users: frozenset[UUID]
     session_owners: dict[UUID, UUID]
 
@@ -47,6 +48,11 @@ class MemoryFilter:
     memory_type: str | None = None
     category: str | None = None
     since: datetime | None = None
+
+
+def _access(reader: Reader) -> tuple[bool, list[str], str]:
+    """The access parameters of the single-memory statements: is_admin, roles, caller."""
+    return reader.is_admin, reader.roles, reader.name
 
 
 def _memory(row: asyncpg.Record) -> Memory:
@@ -81,20 +87,17 @@ def _category(row: asyncpg.Record) -> Category:
 
 
 async def write_reference(
-    conn: Connection, reader: Reader, user_ids: list[UUID], session_ids: list[UUID]
+    conn: Connection, user_ids: list[UUID], session_ids: list[UUID]
 ) -> WriteReference:
-    """Types, categories and levels, the levels ``reader`` may use, and which of the named
-    users and sessions exist (with each session's owner)."""
-    row = await conn.fetchrow(
-        Q.write_reference, reader.is_admin, reader.roles, user_ids, session_ids
-    )
+    """Types, categories and levels, and which of the named users and sessions exist (with
+    each session's owner)."""
+    row = await conn.fetchrow(Q.write_reference, user_ids, session_ids)
     if row is None:  # a SELECT without FROM always returns one row
         raise RuntimeError("write_reference returned no row")
     return WriteReference(
         types=row["types"],
         categories=row["categories"],
         levels=frozenset(row["levels"]),
-        readable=frozenset(row["readable"]),
         users=frozenset(row["users"]),
         session_owners={UUID(s): UUID(u) for s, u in row["session_owners"].items()},
     )
@@ -113,11 +116,10 @@ async def insert_memory(
     content_size: int,
     access_level: str,
     now: datetime,
-    reader: Reader,
     acting_principal: str | None,
 ) -> Memory | None:
-    """Insert and audit it as a "write" by ``agent_name``; None (nothing written, nothing
-    logged) if the level is not the writer's to use or the key is taken."""
+    """Insert and audit it as a "write" by ``agent_name``, its owner; None (nothing
+    written, nothing logged) if the key is taken."""
     row = await conn.fetchrow(
         Q.insert_memory,
         user_id,
@@ -130,8 +132,6 @@ async def insert_memory(
         content_size,
         access_level,
         now,
-        reader.is_admin,
-        reader.roles,
         acting_principal,
     )
     return None if row is None else _memory(row)
@@ -141,9 +141,7 @@ async def lock_memory_by_key(
     conn: Connection, user_id: UUID, category: str, key: str, now: datetime, reader: Reader
 ) -> Memory | None:
     """The named memory, row-locked, if it is live and the reader may see it."""
-    row = await conn.fetchrow(
-        Q.lock_memory_by_key, user_id, category, key, now, reader.is_admin, reader.roles
-    )
+    row = await conn.fetchrow(Q.lock_memory_by_key, user_id, category, key, now, *_access(reader))
     return None if row is None else _memory(row)
 
 
@@ -164,12 +162,12 @@ async def update_memory(
     access_level: str,
     memory_type: str,
     session_id: UUID | None,
-    agent_name: str,
     now: datetime,
     expected_version: int,
     reader: Reader,
 ) -> Memory | None:
-    """Rewrite; None if the version moved or the reader may not touch the old/new level."""
+    """Rewrite for ``reader`` (the memory keeps its owner); None if the version moved or the
+    reader may not see the memory."""
     row = await conn.fetchrow(
         Q.update_memory,
         memory_id,
@@ -178,7 +176,7 @@ async def update_memory(
         access_level,
         memory_type,
         session_id,
-        agent_name,
+        reader.name,
         now,
         expected_version,
         reader.is_admin,
@@ -191,7 +189,7 @@ async def get_memory(
     conn: Connection, memory_id: UUID, now: datetime, reader: Reader
 ) -> Memory | None:
     """One memory, if it is live and the reader may see it."""
-    row = await conn.fetchrow(Q.get_memory, memory_id, now, reader.is_admin, reader.roles)
+    row = await conn.fetchrow(Q.get_memory, memory_id, now, *_access(reader))
     return None if row is None else _memory(row)
 
 
@@ -199,15 +197,13 @@ async def get_memory_by_key(
     conn: Connection, user_id: UUID, category: str, key: str, now: datetime, reader: Reader
 ) -> Memory | None:
     """The named memory, if it is live and the reader may see it."""
-    row = await conn.fetchrow(
-        Q.get_memory_by_key, user_id, category, key, now, reader.is_admin, reader.roles
-    )
+    row = await conn.fetchrow(Q.get_memory_by_key, user_id, category, key, now, *_access(reader))
     return None if row is None else _memory(row)
 
 
 async def delete_memory(conn: Connection, memory_id: UUID, now: datetime, reader: Reader) -> bool:
     """Delete a live memory the reader may see; False if there was none."""
-    deleted = await conn.fetchval(Q.delete_memory, memory_id, now, reader.is_admin, reader.roles)
+    deleted = await conn.fetchval(Q.delete_memory, memory_id, now, *_access(reader))
     return deleted is not None
 
 
@@ -218,12 +214,14 @@ async def list_memories(
     now: datetime,
     reader: Reader,
     limit: int,
-    audit: tuple[str, str | None, dict[str, Any]],
+    audit: tuple[str | None, dict[str, Any]],
 ) -> list[Memory]:
     """A keyset page of up to ``limit`` rows (fetch one more than a page), newest first,
     through the index that fits the filter. The same statement writes the read's audit
-    row: ``audit`` is (reader, acting principal, the filters as asked)."""
+    row: ``audit`` is (acting principal, the filters as asked); the reader is logged as the
+    agent, and sees its own memories as well as those its levels allow."""
     access = (before[0], before[1], now, reader.is_admin, reader.roles)
+    logged = (reader.name, *audit)
     if where.session_id is not None:
         rows = await conn.fetch(
             Q.list_memories_by_session,
@@ -236,7 +234,7 @@ async def list_memories(
             where.since,
             where.contains,
             limit,
-            *audit,
+            *logged,
         )
     elif where.user_id is not None:
         rows = await conn.fetch(
@@ -250,7 +248,7 @@ async def list_memories(
             where.since,
             where.contains,
             limit,
-            *audit,
+            *logged,
         )
     elif where.agent_name is not None:
         rows = await conn.fetch(
@@ -264,7 +262,7 @@ async def list_memories(
             where.since,
             where.contains,
             limit,
-            *audit,
+            *logged,
         )
     else:
         rows = await conn.fetch(
@@ -275,7 +273,7 @@ async def list_memories(
             where.category,
             where.since,
             limit,
-            *audit,
+            *logged,
         )
     return [_memory(row) for row in rows]
 
@@ -285,7 +283,14 @@ async def list_context_memories(
 ) -> list[Memory]:
     """The session's and the user's session-less memories the reader may see."""
     rows = await conn.fetch(
-        Q.list_context_memories, user_id, session_id, now, reader.is_admin, reader.roles, limit
+        Q.list_context_memories,
+        user_id,
+        session_id,
+        now,
+        reader.is_admin,
+        reader.roles,
+        limit,
+        reader.name,
     )
     return [_memory(row) for row in rows]
 

@@ -17,7 +17,6 @@ from app.common.pagination import FIRST_PAGE, cut_page, decode_time_id_cursor
 from app.db.pool import Connection, Database
 from app.errors import (
     Conflict,
-    Forbidden,
     NotFound,
     PayloadTooLarge,
     SwitchboardError,
@@ -80,7 +79,7 @@ def _taken_key(plan: _PlannedWrite, field: str) -> Conflict:
 
 def reader_of(principal: Principal) -> Reader:
     """The access rules a principal reads and writes under."""
-    return Reader(is_admin=principal.is_admin, roles=sorted(principal.roles))
+    return Reader(name=principal.name, is_admin=principal.is_admin, roles=sorted(principal.roles))
 
 
 class MemoryService:
@@ -100,7 +99,7 @@ class MemoryService:
         now = self._clock.now()
 
         async def run(conn: Connection) -> list[Memory]:
-            plans = await self._plan(conn, items, principal, now, batch=batch)
+            plans = await self._plan(conn, items, batch=batch)
             stored: list[Memory] = []
             for index, plan in enumerate(plans):
                 memory = await self._insert(conn, plan, principal, now)  # audited with it
@@ -132,7 +131,7 @@ class MemoryService:
         reader = reader_of(principal)
 
         async def run(conn: Connection) -> tuple[Memory, bool]:
-            plan = (await self._plan(conn, [data], principal, now, batch=False))[0]
+            plan = (await self._plan(conn, [data], batch=False))[0]
             # Expired memories and ones the caller may not read are absent here, as for reads.
             current = await repo.lock_memory_by_key(
                 conn, data.user_id, data.category, data.key, now, reader
@@ -167,17 +166,12 @@ class MemoryService:
                     access_level=plan.access_level,
                     memory_type=data.memory_type,
                     session_id=data.session_id,
-                    agent_name=principal.name,
                     now=now,
                     expected_version=current.version,
                     reader=reader,
                 )
-                if memory is None:  # locked, readable, version checked: only the new level
-                    # can refuse, and _plan refused that already; kept as a last guard.
-                    raise _Denied(
-                        Forbidden("This memory's access level is not yours to overwrite."),
-                        [self._entry(principal, "update", current.memory_id, None, False, 0, now)],
-                    )
+                if memory is None:  # locked, visible and version-checked above
+                    raise RuntimeError("update_memory refused a row it had locked")
                 await repo.insert_access_logs(
                     conn, [self._entry(principal, "update", memory.memory_id, None, True, 1, now)]
                 )
@@ -275,7 +269,7 @@ class MemoryService:
                 now,
                 reader_of(principal),
                 limit + 1,
-                (principal.name, principal.delegated_by, query),
+                (principal.delegated_by, query),
             )
         page, next_cursor = cut_page(items, limit, lambda m: (m.created_at, m.memory_id))
         return MemoryPage(items=page, next_cursor=next_cursor)
@@ -306,7 +300,7 @@ class MemoryService:
             now,
             reader_of(principal),
             limit + 1,
-            (principal.name, principal.delegated_by, query),
+            (principal.delegated_by, query),
         )
         return items[:limit]
 
@@ -459,16 +453,15 @@ class MemoryService:
         self,
         conn: Connection,
         items: Sequence[MemoryWrite | MemoryUpsert],
-        principal: Principal,
-        now: datetime,
         *,
         batch: bool,
     ) -> list[_PlannedWrite]:
-        """Validate every item against the reference data; 422/413/403 before any write."""
-        reader = reader_of(principal)
+        """Validate every item against the reference data; 422/413 before any write.
+
+        No access level is refused: any agent may write at any level, and it keeps reading
+        what it wrote (owner access), so results can flow to readers the writer is not."""
         ref = await repo.write_reference(
             conn,
-            reader,
             sorted({item.user_id for item in items}),
             sorted({item.session_id for item in items if item.session_id is not None}),
         )
@@ -488,23 +481,6 @@ class MemoryService:
             )
         if errors:
             raise ValidationFailed("Some memories cannot be stored as given.", errors=errors)
-        forbidden = [(i, p) for i, p in enumerate(plans) if p.access_level not in ref.readable]
-        if forbidden:
-            error = Forbidden(
-                "An agent may not write at an access level it cannot read.",
-                errors=[
-                    {
-                        "field": f"{i}.access_level" if batch else "access_level",
-                        "message": f"{p.access_level} is not readable by this key",
-                    }
-                    for i, p in forbidden
-                ],
-            )
-            query = [
-                {"user_id": str(p.item.user_id), "category": p.category, "level": p.access_level}
-                for _, p in forbidden
-            ]
-            raise _Denied(error, [self._entry(principal, "write", None, query, False, 0, now)])
         return plans
 
     def _plan_one(
@@ -560,7 +536,6 @@ class MemoryService:
                 content_size=plan.content_size,
                 access_level=plan.access_level,
                 now=now,
-                reader=reader_of(principal),
                 acting_principal=principal.delegated_by,
             )
             if memory is not None or item.key is None:

@@ -1,26 +1,27 @@
 -- Memories: facts agents share about a user and a session.
 --
--- Access levels are enforced here, in every statement that reads or writes a memory: a row
--- is visible only if its access_level is one the caller may read, which is
---     access_level IN (SELECT level FROM memory_access_levels
---                      WHERE <is_admin> OR required_role IS NULL OR required_role = ANY(<roles>))
+-- Access is enforced here, in every statement that reads, changes or deletes a memory: a
+-- row is visible to the agent that wrote it (its owner) and to callers who may read its
+-- access level, which is
+--     (m.agent_name = <caller> OR m.access_level IN (SELECT level FROM
+--                                  memory_readable_levels(<is_admin>, <roles>) AS level))
+-- (memory_readable_levels is a SQL function in schema.sql that the planner inlines).
+-- Writing needs no level: any agent may write at any level, so results can flow up to a
+-- coordinator that reads what the writer may not (an agent output, say).
 -- Expired memories (expires_at <= now) are invisible even before the retention job runs.
 
 -- name: write_reference
 -- Everything a write is checked against, in one round trip: memory type -> default
--- category, category -> default level, all levels, the levels this caller may use, which
--- of the named users exist and who owns each named session.
--- $1 is_admin, $2 roles, $3 user ids, $4 session ids.
+-- category, category -> default level, all levels, which of the named users exist and who
+-- owns each named session. $1 user ids, $2 session ids.
 SELECT
     (SELECT coalesce(jsonb_object_agg(name, default_category), '{}') FROM memory_types) AS types,
     (SELECT coalesce(jsonb_object_agg(name, default_access_level), '{}') FROM memory_categories)
         AS categories,
     (SELECT coalesce(array_agg(level ORDER BY level), '{}') FROM memory_access_levels) AS levels,
-    (SELECT coalesce(array_agg(level ORDER BY level), '{}') FROM memory_access_levels
-     WHERE $1 OR required_role IS NULL OR required_role = ANY($2::text[])) AS readable,
-    (SELECT coalesce(array_agg(id), '{}') FROM users WHERE id = ANY($3::uuid[])) AS users,
+    (SELECT coalesce(array_agg(id), '{}') FROM users WHERE id = ANY($1::uuid[])) AS users,
     (SELECT coalesce(jsonb_object_agg(session_id, user_id), '{}')
-     FROM session_coordination WHERE session_id = ANY($4::uuid[])) AS session_owners
+     FROM session_coordination WHERE session_id = ANY($2::uuid[])) AS session_owners
 
 -- name: list_access_levels
 SELECT level, required_role, description FROM memory_access_levels ORDER BY level
@@ -65,8 +66,8 @@ RETURNING name, default_category, description, created_at
 
 -- name: insert_memory
 -- The memory and its "write" audit row in one statement: atomic without a transaction.
--- No row back: the caller may not write at that access level (or the key is taken), and
--- nothing is logged. $3 the writer, $11 is_admin, $12 roles, $13 acting principal.
+-- No row back: the key is taken, and nothing is logged. $3 the writer (the owner),
+-- $11 acting principal.
 WITH stored AS (
     INSERT INTO memories (
         user_id, session_id, agent_name, memory_type, category, key, content, content_size,
@@ -75,26 +76,24 @@ WITH stored AS (
     SELECT $1, $2, $3, $4, c.name, $6, $7, $8, $9, $10, $10, $10::timestamptz + c.retention
     FROM memory_categories c
     WHERE c.name = $5
-      AND $9 IN (SELECT level FROM memory_access_levels
-                 WHERE $11 OR required_role IS NULL OR required_role = ANY($12::text[]))
     ON CONFLICT (user_id, category, key) DO NOTHING
     RETURNING *
 ), logged AS (
     INSERT INTO memory_access_log (
         agent_name, acting_principal, action, memory_id, query, allowed, rows, at
     )
-    SELECT $3, $13, 'write', memory_id, NULL, true, 1, $10::timestamptz FROM stored
+    SELECT $3, $11, 'write', memory_id, NULL, true, 1, $10::timestamptz FROM stored
 )
 SELECT * FROM stored
 
 -- name: lock_memory_by_key
 -- The named memory, row-locked, if it is live and the caller may read it: for anyone else
--- it does not exist, as for every other read. $4 now, $5 is_admin, $6 roles.
+-- it does not exist, as for every other read. $4 now, $5 is_admin, $6 roles, $7 caller.
 SELECT m.* FROM memories m
 WHERE m.user_id = $1 AND m.category = $2 AND m.key = $3
   AND (m.expires_at IS NULL OR m.expires_at > $4)
-  AND m.access_level IN (SELECT level FROM memory_access_levels
-                         WHERE $5 OR required_role IS NULL OR required_role = ANY($6::text[]))
+  AND (m.agent_name = $7
+       OR m.access_level IN (SELECT level FROM memory_readable_levels($5, $6) AS level))
 FOR UPDATE OF m
 
 -- name: retire_expired_memory_by_key
@@ -119,15 +118,16 @@ WITH gone AS (
 SELECT count(*) FROM gone
 
 -- name: update_memory
--- Rewrites a memory the caller may read, at a level the caller may read, if its version is
--- still $9. Expiry restarts from this write. $10 is_admin, $11 roles.
+-- Rewrites a memory the caller ($7) may read, if its version is still $9, at any level.
+-- agent_name stays the owner, the agent that created the memory, so it keeps reading what
+-- it wrote after another reader changed it; the audit trail names who updated. Expiry
+-- restarts from this write. $10 is_admin, $11 roles.
 UPDATE memories m
 SET content = $2,
     content_size = $3,
     access_level = $4,
     memory_type = $5,
     session_id = $6,
-    agent_name = $7,
     version = m.version + 1,
     updated_at = $8,
     expires_at = $8::timestamptz + c.retention
@@ -135,42 +135,40 @@ FROM memory_categories c
 WHERE m.memory_id = $1
   AND c.name = m.category
   AND m.version = $9
-  AND m.access_level IN (SELECT level FROM memory_access_levels
-                         WHERE $10 OR required_role IS NULL OR required_role = ANY($11::text[]))
-  AND $4 IN (SELECT level FROM memory_access_levels
-             WHERE $10 OR required_role IS NULL OR required_role = ANY($11::text[]))
+  AND (m.agent_name = $7
+       OR m.access_level IN (SELECT level FROM memory_readable_levels($10, $11) AS level))
 RETURNING m.*
 
 -- name: get_memory
--- $2 now, $3 is_admin, $4 roles.
+-- $2 now, $3 is_admin, $4 roles, $5 caller.
 SELECT m.* FROM memories m
 WHERE m.memory_id = $1
   AND (m.expires_at IS NULL OR m.expires_at > $2)
-  AND m.access_level IN (SELECT level FROM memory_access_levels
-                         WHERE $3 OR required_role IS NULL OR required_role = ANY($4::text[]))
+  AND (m.agent_name = $5
+       OR m.access_level IN (SELECT level FROM memory_readable_levels($3, $4) AS level))
 
 -- name: delete_memory
--- $2 now, $3 is_admin, $4 roles.
+-- $2 now, $3 is_admin, $4 roles, $5 caller.
 DELETE FROM memories m
 WHERE m.memory_id = $1
   AND (m.expires_at IS NULL OR m.expires_at > $2)
-  AND m.access_level IN (SELECT level FROM memory_access_levels
-                         WHERE $3 OR required_role IS NULL OR required_role = ANY($4::text[]))
+  AND (m.agent_name = $5
+       OR m.access_level IN (SELECT level FROM memory_readable_levels($3, $4) AS level))
 RETURNING m.memory_id
 
 -- name: list_memories_by_session
 -- Keyset page before ($2, $3). $4 now, $5 is_admin, $6 roles; $7.. optional filters.
 -- The list_memories_* queries fetch `limit + 1` rows (the last one only says a next page
--- exists) and write the read's audit row in the same statement: the reader ($14), the key
--- acting for it ($15), the filters ($16) and the rows returned (so at most `limit`).
--- list_memories_by_content numbers them from $11.
+-- exists) and write the read's audit row in the same statement: the reader ($14, also the
+-- owner whose own memories it always sees), the key acting for it ($15), the filters ($16)
+-- and the rows returned (so at most `limit`). list_memories_by_content numbers them from $11.
 WITH page AS (
     SELECT m.* FROM memories m
     WHERE m.session_id = $1
       AND (m.created_at, m.memory_id) < ($2, $3)
       AND (m.expires_at IS NULL OR m.expires_at > $4)
-      AND m.access_level IN (SELECT level FROM memory_access_levels
-                             WHERE $5 OR required_role IS NULL OR required_role = ANY($6::text[]))
+      AND (m.agent_name = $14
+           OR m.access_level IN (SELECT level FROM memory_readable_levels($5, $6) AS level))
       AND ($7::uuid IS NULL OR m.user_id = $7)
       AND ($8::text IS NULL OR m.agent_name = $8)
       AND ($9::text IS NULL OR m.memory_type = $9)
@@ -195,8 +193,8 @@ WITH page AS (
     WHERE m.user_id = $1
       AND (m.created_at, m.memory_id) < ($2, $3)
       AND (m.expires_at IS NULL OR m.expires_at > $4)
-      AND m.access_level IN (SELECT level FROM memory_access_levels
-                             WHERE $5 OR required_role IS NULL OR required_role = ANY($6::text[]))
+      AND (m.agent_name = $14
+           OR m.access_level IN (SELECT level FROM memory_readable_levels($5, $6) AS level))
       AND ($7::uuid IS NULL OR m.session_id = $7)
       AND ($8::text IS NULL OR m.agent_name = $8)
       AND ($9::text IS NULL OR m.memory_type = $9)
@@ -221,8 +219,8 @@ WITH page AS (
     WHERE m.agent_name = $1
       AND (m.created_at, m.memory_id) < ($2, $3)
       AND (m.expires_at IS NULL OR m.expires_at > $4)
-      AND m.access_level IN (SELECT level FROM memory_access_levels
-                             WHERE $5 OR required_role IS NULL OR required_role = ANY($6::text[]))
+      AND (m.agent_name = $14
+           OR m.access_level IN (SELECT level FROM memory_readable_levels($5, $6) AS level))
       AND ($7::uuid IS NULL OR m.session_id = $7)
       AND ($8::uuid IS NULL OR m.user_id = $8)
       AND ($9::text IS NULL OR m.memory_type = $9)
@@ -248,8 +246,8 @@ WITH page AS (
     WHERE m.content @> $1
       AND (m.created_at, m.memory_id) < ($2, $3)
       AND (m.expires_at IS NULL OR m.expires_at > $4)
-      AND m.access_level IN (SELECT level FROM memory_access_levels
-                             WHERE $5 OR required_role IS NULL OR required_role = ANY($6::text[]))
+      AND (m.agent_name = $11
+           OR m.access_level IN (SELECT level FROM memory_readable_levels($5, $6) AS level))
       AND ($7::text IS NULL OR m.memory_type = $7)
       AND ($8::text IS NULL OR m.category = $8)
       AND ($9::timestamptz IS NULL OR m.created_at >= $9)
@@ -267,13 +265,13 @@ ORDER BY m.created_at DESC, m.memory_id DESC
 
 -- name: list_context_memories
 -- What an agent needs to continue a session: the session's memories and the user's
--- session-less ones, newest first. $3 now, $4 is_admin, $5 roles.
+-- session-less ones, newest first. $3 now, $4 is_admin, $5 roles, $7 caller.
 SELECT m.* FROM memories m
 WHERE m.user_id = $1
   AND (m.session_id = $2 OR m.session_id IS NULL)
   AND (m.expires_at IS NULL OR m.expires_at > $3)
-  AND m.access_level IN (SELECT level FROM memory_access_levels
-                         WHERE $4 OR required_role IS NULL OR required_role = ANY($5::text[]))
+  AND (m.agent_name = $7
+       OR m.access_level IN (SELECT level FROM memory_readable_levels($4, $5) AS level))
 ORDER BY m.created_at DESC, m.memory_id DESC
 LIMIT $6
 
@@ -307,9 +305,9 @@ SELECT access_level FROM memories
 WHERE memory_id = $1 AND (expires_at IS NULL OR expires_at > $2)
 
 -- name: get_memory_by_key
--- $4 now, $5 is_admin, $6 roles.
+-- $4 now, $5 is_admin, $6 roles, $7 caller.
 SELECT m.* FROM memories m
 WHERE m.user_id = $1 AND m.category = $2 AND m.key = $3
   AND (m.expires_at IS NULL OR m.expires_at > $4)
-  AND m.access_level IN (SELECT level FROM memory_access_levels
-                         WHERE $5 OR required_role IS NULL OR required_role = ANY($6::text[]))
+  AND (m.agent_name = $7
+       OR m.access_level IN (SELECT level FROM memory_readable_levels($5, $6) AS level))

@@ -1,5 +1,6 @@
-"""The access matrix: every level x an agent with and without the role x every action,
-and the audit trail of allowed and denied access."""
+"""The access matrix: every level x an agent with and without the role x every action, the
+writer's own access, the seed's seven agents with their own keys, and the audit trail of
+allowed and denied access."""
 
 from __future__ import annotations
 
@@ -7,7 +8,9 @@ from typing import Any
 
 import httpx
 import pytest
+from litestar import Litestar
 
+from tests.conftest import app_client
 from tests.integration.helpers import assert_problem, create_user
 
 # level -> the role an agent needs to read it (None: any agent)
@@ -31,6 +34,7 @@ def body(user_id: str, level: str, **extra: Any) -> dict[str, Any]:
 
 @pytest.mark.parametrize("level", sorted(LEVELS))
 async def test_access_matrix(client: httpx.AsyncClient, make_agent_client: Any, level: str) -> None:
+    """Reading needs the level's role; writing needs none; the writer always keeps access."""
     role = LEVELS[level]
     user_id = await create_user(client)
     # The admin writes one memory at every level, so lists can show what leaks.
@@ -42,39 +46,156 @@ async def test_access_matrix(client: httpx.AsyncClient, make_agent_client: Any, 
     target = ids[level]
 
     holder = await make_agent_client("Holder", [role] if role else [])
-    outsider = await make_agent_client("Outsider", ["unrelated"])
-    async with holder, outsider:
+    writer = await make_agent_client("Writer", [])
+    bystander = await make_agent_client("Bystander", [])
+    async with holder, writer, bystander:
         # read
         assert (await holder.get(f"/v1/memories/{target}")).status_code == 200
         if role:
-            assert_problem(await outsider.get(f"/v1/memories/{target}"), 404)
+            assert_problem(await bystander.get(f"/v1/memories/{target}"), 404)
         # list: never a row the caller may not read
         listed = (await holder.get("/v1/memories", params={"user_id": user_id})).json()
         listed_levels = {m["access_level"] for m in listed["items"]}
         assert level in listed_levels
         assert listed_levels <= {lv for lv, r in LEVELS.items() if r in (None, role)}
-        outsider_levels = {
+        bystander_levels = {
             m["access_level"]
-            for m in (await outsider.get("/v1/memories", params={"user_id": user_id})).json()[
+            for m in (await bystander.get("/v1/memories", params={"user_id": user_id})).json()[
                 "items"
             ]
         }
-        assert outsider_levels == {"all_agents"}
-        # write
-        assert (await holder.post("/v1/memories", json=body(user_id, level))).status_code == 201
+        assert bystander_levels == {"all_agents"}
+
+        # write: any agent at any level, and the writer reads, lists, updates and deletes
+        # what it wrote even where the level's role is not its own
+        own = await writer.post("/v1/memories", json=body(user_id, level, key="mine"))
+        assert own.status_code == 201, own.text
+        own_id = own.json()["memory_id"]
+        assert own.json()["agent_name"] == "Writer"
+        assert (await writer.get(f"/v1/memories/{own_id}")).json()["access_level"] == level
+        mine = (await writer.get("/v1/memories", params={"agent_name": "Writer"})).json()
+        assert [m["memory_id"] for m in mine["items"]] == [own_id]
+        assert (await holder.get(f"/v1/memories/{own_id}")).status_code == 200
         if role:
-            denied = await outsider.post("/v1/memories", json=body(user_id, level))
-            assert_problem(denied, 403)
-            upsert = await outsider.put(
-                "/v1/memories/by-key",
-                json=body(user_id, level, category="session_data", key="k"),
-            )
-            assert_problem(upsert, 403)
-        # delete
+            assert_problem(await bystander.get(f"/v1/memories/{own_id}"), 404)
+            seen = (await bystander.get("/v1/memories", params={"user_id": user_id})).json()
+            assert own_id not in {m["memory_id"] for m in seen["items"]}
+            assert_problem(await bystander.delete(f"/v1/memories/{own_id}"), 404)
+        replaced = await writer.put(
+            "/v1/memories/by-key",
+            json=body(user_id, level, category="session_data", key="mine", content={"v": 2}),
+            headers={"If-Match": '"1"'},
+        )
+        assert replaced.status_code == 200, replaced.text
+        assert replaced.json()["version"] == 2
+        assert replaced.json()["content"] == {"v": 2}
+
+        # delete: only what the caller can see
         if role:
-            assert_problem(await outsider.delete(f"/v1/memories/{target}"), 404)
+            assert_problem(await bystander.delete(f"/v1/memories/{target}"), 404)
         assert (await holder.delete(f"/v1/memories/{target}")).status_code == 204
+        assert (await writer.delete(f"/v1/memories/{own_id}")).status_code == 204
     assert_problem(await client.get(f"/v1/memories/{target}"), 404)
+    assert_problem(await client.get(f"/v1/memories/{own_id}"), 404)
+
+
+# The seed's seven agents, their seeded roles and the memory type each writes by default.
+SEEDED = {
+    "Intent_Session_Agent": ("intent_session", {"analytics"}),
+    "Orchestrator_Agent": ("orchestrator", {"coordination_manager"}),
+    "Collect_Create_Data_Agent": ("data_collection", {"authorized"}),
+    "Consult_Customer_Agent": ("consultation", {"authorized"}),
+    "Make_Plan_Agent": ("planning", {"authorized"}),
+    "Add_Changes_Agent": ("changes", {"authorized"}),
+    "Educate_Customer_Agent": ("education", set()),
+}
+
+
+async def test_each_seeded_agent_stores_and_reads_back_its_own_kind_of_memory(
+    client: httpx.AsyncClient, running_app: Litestar
+) -> None:
+    """AC 2 of the seed: every agent writes its results with its own key and no explicit
+    category; who else reads each memory follows the level's role, and nobody else."""
+    user_id = await create_user(client)
+    agents: dict[str, httpx.AsyncClient] = {}
+    for name in SEEDED:
+        issued = await client.post(f"/v1/agents/{name}/key")
+        assert issued.status_code == 201, issued.text
+        agents[name] = app_client(running_app, {"X-API-Key": issued.json()["api_key"]})
+    levels = {
+        lv["level"]: lv["required_role"]
+        for lv in (await client.get("/v1/memory-access-levels")).json()
+    }
+    written: dict[str, dict[str, Any]] = {}
+    try:
+        for name, (memory_type, _) in SEEDED.items():
+            stored = await agents[name].post(
+                "/v1/memories",
+                json={"user_id": user_id, "memory_type": memory_type, "content": {"by": name}},
+            )
+            assert stored.status_code == 201, (name, stored.text)
+            memory = stored.json()
+            assert memory["agent_name"] == name
+            written[name] = memory
+            read = await agents[name].get(f"/v1/memories/{memory['memory_id']}")
+            assert read.status_code == 200, (name, read.text)
+            assert read.json()["content"] == {"by": name}
+
+        # planning and changes land in agent_outputs (coordination_manager), education in
+        # interaction_patterns (analytics): levels their writers hold no role for.
+        assert written["Make_Plan_Agent"]["access_level"] == "coordination_manager"
+        assert written["Add_Changes_Agent"]["access_level"] == "coordination_manager"
+        assert written["Educate_Customer_Agent"]["access_level"] == "analytics_agents"
+
+        for reader, (_, roles) in SEEDED.items():
+            expected = {
+                writer
+                for writer, memory in written.items()
+                if writer == reader or levels[memory["access_level"]] in (None, *roles)
+            }
+            listed = (await agents[reader].get("/v1/memories", params={"user_id": user_id})).json()[
+                "items"
+            ]
+            assert {m["agent_name"] for m in listed} == expected, reader
+            for writer, memory in written.items():
+                response = await agents[reader].get(f"/v1/memories/{memory['memory_id']}")
+                assert response.status_code == (200 if writer in expected else 404), (
+                    reader,
+                    writer,
+                )
+        # The coordination manager reads every agent's results; analytics the patterns.
+        assert {"Make_Plan_Agent", "Add_Changes_Agent"} <= {
+            w for w, m in written.items() if m["access_level"] == "coordination_manager"
+        }
+    finally:
+        for agent in agents.values():
+            await agent.aclose()
+
+
+async def test_the_owner_keeps_access_after_a_reader_with_the_role_changes_it(
+    client: httpx.AsyncClient, make_agent_client: Any
+) -> None:
+    user_id = await create_user(client)
+    planner = await make_agent_client("Planner", [])
+    manager = await make_agent_client("Manager", ["coordination_manager"])
+    plan = {
+        "user_id": user_id,
+        "memory_type": "planning",
+        "category": "agent_outputs",
+        "key": "plan",
+        "content": {"draft": 1},
+    }
+    async with planner, manager:
+        created = await planner.put("/v1/memories/by-key", json=plan)
+        assert created.status_code == 201, created.text
+        changed = await manager.put("/v1/memories/by-key", json={**plan, "content": {"draft": 2}})
+        assert changed.status_code == 200, changed.text
+        assert changed.json()["agent_name"] == "Planner"  # the owner stays
+        again = await planner.put("/v1/memories/by-key", json={**plan, "content": {"draft": 3}})
+        assert again.status_code == 200, again.text
+        assert again.json()["version"] == 3
+    log = (await client.get("/v1/audit/memory", params={"agent": "Manager"})).json()["items"]
+    assert [(e["action"], e["allowed"]) for e in log] == [("update", True)]
 
 
 async def test_a_key_held_at_a_level_you_cannot_read_behaves_as_absent_or_taken(
@@ -134,7 +255,7 @@ async def test_a_key_held_at_a_level_you_cannot_read_behaves_as_absent_or_taken(
     assert denied[0]["query"] == {"user_id": user_id, "category": "user_profile", "key": "income"}
 
 
-async def test_batch_with_one_forbidden_item_writes_nothing(
+async def test_a_batch_with_one_invalid_item_writes_nothing(
     client: httpx.AsyncClient, make_agent_client: Any
 ) -> None:
     user_id = await create_user(client)
@@ -142,9 +263,9 @@ async def test_batch_with_one_forbidden_item_writes_nothing(
     async with agent:
         response = await agent.post(
             "/v1/memories",
-            json=[body(user_id, "authorized_agents"), body(user_id, "analytics_agents")],
+            json=[body(user_id, "analytics_agents"), body(user_id, "no_such_level")],
         )
-    problem = assert_problem(response, 403)
+    problem = assert_problem(response, 422)
     assert problem["errors"][0]["field"] == "1.access_level"
     assert (await client.get("/v1/memories", params={"user_id": user_id})).json()["items"] == []
 
@@ -159,7 +280,9 @@ async def test_audit_records_allowed_and_denied_access(
         open_memory = (await agent.post("/v1/memories", json=body(user_id, "all_agents"))).json()
         await agent.get(f"/v1/memories/{open_memory['memory_id']}")
         await agent.get(f"/v1/memories/{secret['memory_id']}")  # denied, 404
-        await agent.post("/v1/memories", json=body(user_id, "coordination_manager"))  # denied
+        hidden = (
+            await agent.post("/v1/memories", json=body(user_id, "coordination_manager"))
+        ).json()  # written, and readable by its writer only (and the coordination manager)
         await agent.get("/v1/memories", params={"user_id": user_id})
         await agent.delete(f"/v1/memories/{secret['memory_id']}")  # denied, 404
         assert_problem(await agent.get("/v1/audit/memory"), 403)
@@ -170,15 +293,13 @@ async def test_audit_records_allowed_and_denied_access(
         ("write", True, open_memory["memory_id"]),
         ("read", True, open_memory["memory_id"]),
         ("read", False, secret["memory_id"]),
-        ("write", False, None),
+        ("write", True, hidden["memory_id"]),
         ("list", True, None),
         ("delete", False, secret["memory_id"]),
     ]
     listed = next(e for e in log if e["action"] == "list")
-    assert listed["rows"] == 1
+    assert listed["rows"] == 2  # its all_agents memory and its own coordination_manager one
     assert listed["query"] == {"user_id": user_id}
-    denied_write = next(e for e in log if e["action"] == "write" and not e["allowed"])
-    assert denied_write["query"][0]["level"] == "coordination_manager"
 
     everyone = (await client.get("/v1/audit/memory", params={"limit": 200})).json()["items"]
     assert {e["agent_name"] for e in everyone} == {"admin", "Auditee"}

@@ -327,6 +327,39 @@ async def test_memory_write_read_query_for_an_agent(
     assert denied["items"][0]["acting_principal"] == "Orchestrator_Agent"
 
 
+async def test_the_memory_webhook_stores_an_agents_results_where_it_cannot_read_by_role(
+    client: httpx.AsyncClient,
+) -> None:
+    """n8n acting for Make_Plan_Agent: its planning results go to agent_outputs (for the
+    coordination manager), it reads them back as their writer, an agent without the role
+    does not see them."""
+    user = await create_user(client)
+    written = await client.post(
+        "/webhooks/n8n/memory",
+        json={
+            "user_id": user,
+            "agent_name": "Make_Plan_Agent",
+            "memory_type": "planning",
+            "memory_content": {"plan": "50/30/20"},
+        },
+    )
+    assert written.status_code == 200, written.text
+    memory = written.json()["memory"]
+    assert (memory["category"], memory["access_level"]) == ("agent_outputs", "coordination_manager")
+
+    def read_as(agent: str) -> dict[str, Any]:
+        return {"action": "read", "agent_name": agent, "memory_id": memory["memory_id"]}
+
+    back = await client.post("/webhooks/n8n/memory", json=read_as("Make_Plan_Agent"))
+    assert back.status_code == 200, back.text
+    assert back.json()["memory"]["content"] == {"plan": "50/30/20"}
+    manager = await client.post("/webhooks/n8n/memory", json=read_as("Orchestrator_Agent"))
+    assert manager.status_code == 200, manager.text
+    assert_problem(
+        await client.post("/webhooks/n8n/memory", json=read_as("Consult_Customer_Agent")), 404
+    )
+
+
 async def test_memory_size_limit_and_delegation_rules(
     client: httpx.AsyncClient, make_agent_client: Any
 ) -> None:

@@ -172,7 +172,10 @@ async def test_upgrade_head_builds_exactly_schema_sql(server_url: str) -> None:
     assert applied == [(head_revision(migrated),)]
     assert table_names(from_migrations) >= CORE_TABLES, table_names(from_migrations)
     assert "alembic_version" not in table_names(from_migrations)
-    assert [row[0] for row in from_migrations["functions"]] == ["uuid_generate_v7"]
+    assert [row[0] for row in from_migrations["functions"]] == [
+        "memory_readable_levels",
+        "uuid_generate_v7",
+    ]
     assert_same_schema(from_migrations, from_schema_sql, "migrations", "schema.sql")
 
 
