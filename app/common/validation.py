@@ -54,10 +54,10 @@ def json_depth(value: Any) -> int:
     return deepest
 
 
-def reject_deep_json(value: Any) -> Any:
-    """A pydantic ``before`` validator body: refuse values nested beyond MAX_JSON_DEPTH."""
-    if json_depth(value) > MAX_JSON_DEPTH:
-        raise ValueError(f"nested more than {MAX_JSON_DEPTH} levels deep")
+def reject_deep_json(value: Any, max_depth: int = MAX_JSON_DEPTH) -> Any:
+    """A pydantic validator body: refuse values nested beyond ``max_depth``."""
+    if json_depth(value) > max_depth:
+        raise ValueError(f"nested more than {max_depth} levels deep")
     return value
 
 

@@ -16,6 +16,8 @@ from typing import Any
 from uuid import UUID
 
 from app.memories.schemas import Memory
+from app.sessions.schemas import SHORT_TEXT_MAX, PendingAction
+from app.sessions.state import clip
 
 # Reads the user's profile memories under the access rules of whoever sent the message, and
 # audits the read (MemoryService.read_user_category). It takes a pooled connection only when
@@ -86,7 +88,7 @@ class FallbackResult:
     text: str
     data: dict[str, Any] = field(default_factory=dict)
     next_agent: str | None = None
-    pending_action: dict[str, Any] | None = None
+    pending_action: PendingAction | None = None
 
 
 class _Blanks(dict[str, Any]):
@@ -187,13 +189,13 @@ async def change_confirmation_without_analysis(
 ) -> FallbackResult:
     """Record the change request and queue its analysis for later."""
     request = ctx.text if len(ctx.text) <= 200 else ctx.text[:197] + "..."
-    action = {
-        "type": ctx.intent or "urgent_changes",
-        "description": ctx.text,
-        "status": "pending",
-        "created_at": ctx.now.isoformat(),
-        "reason": f"{ctx.failed_agent or 'the change agent'} was unavailable",
-    }
+    action = PendingAction(
+        type=ctx.intent or "urgent_changes",
+        description=clip(ctx.text, SHORT_TEXT_MAX),
+        status="pending",
+        created_at=ctx.now,
+        reason=f"{ctx.failed_agent or 'the change agent'} was unavailable",
+    )
     return FallbackResult(
         ctx.strategy,
         fill(str(template.get("message", "")), request=request),

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import partial
 from typing import Annotated, Any, Literal
 from uuid import UUID
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
+
+from app.common.validation import MAX_JSON_DEPTH, reject_deep_json
 
 ContextFlag = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_]{0,63}$")]
 Phrase = Annotated[str, StringConstraints(min_length=1, max_length=100)]
@@ -97,7 +100,11 @@ class AgentResponse(BaseModel):
     agent_name: str | None = None
     request_id: str | None = None
     success: bool
-    output_data: Any = None
+    # Kept in session_state.agent_outputs.<agent>, two levels below the state's top: an
+    # answer nested deeper than a stored session may be is not an answer (data corruption).
+    output_data: Annotated[
+        Any, AfterValidator(partial(reject_deep_json, max_depth=MAX_JSON_DEPTH - 2))
+    ] = None
     memory_updates: list[MemoryUpdate] = Field(default_factory=list, max_length=100)
     next_agent_suggestions: list[str] = Field(default_factory=list, max_length=20)
     error_details: ErrorDetails | None = None

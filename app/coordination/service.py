@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import time
 import uuid
-from dataclasses import replace
 from datetime import datetime
 from typing import Any
 from uuid import UUID
@@ -47,18 +46,17 @@ from app.coordination.schemas import (
     ModifierWrite,
     RoutingAgent,
 )
+from app.coordination.turn import Turn, apply_turn
 from app.db.pool import Database
 from app.errors import Conflict, NotFound, SwitchboardError
 from app.memories.schemas import Memory, MemoryUpsert, MemoryWrite
 from app.memories.service import MemoryService
-from app.sessions.schemas import Session, SessionContent
-from app.sessions.service import SessionService, content_of
-from app.sessions.state import close_current_execution
+from app.sessions.schemas import PendingAction, Session, SessionContent
+from app.sessions.service import SessionService
+from app.sessions.state import content_of
 from app.settings import CoordinationSettings
 
 _CRITICAL_PRIORITIES = frozenset({"high", "urgent"})
-# A queued action whose agent keeps failing is tried this many times, then marked failed.
-MAX_PENDING_ATTEMPTS = 3
 # Where fallbacks look for what the user told us about their finances, and how much of it.
 PROFILE_CATEGORY = "user_profile"
 PROFILE_READ_LIMIT = 50
@@ -165,14 +163,14 @@ class CoordinationService:
         session = await self._open_session(session_id)
         pending = [
             (index, action)
-            for index, action in enumerate(session.session_state.get("pending_actions", []))
-            if action.get("status", "pending") == "pending"
+            for index, action in enumerate(content_of(session).session_state.pending_actions)
+            if action.status == "pending"
         ]
         if not pending:
             raise Conflict(f"Session {session_id} has no pending actions.")
-        index, action = max(pending, key=lambda item: (item[1].get("priority_score", 0), -item[0]))
-        text = str(action.get("description") or action.get("type"))
-        return await self._coordinate(session, text, set(), principal, (index, action))
+        _, action = max(pending, key=lambda item: (item[1].priority_score, -item[0]))
+        text = action.description or action.type
+        return await self._coordinate(session, text, set(), principal, action)
 
     async def list_decisions(
         self, session_id: UUID, limit: int, cursor: str | None
@@ -245,7 +243,7 @@ class CoordinationService:
         text: str,
         caller_flags: set[str],
         principal: Principal,
-        pending: tuple[int, dict[str, Any]] | None,
+        pending: PendingAction | None,
     ) -> MessageResult:
         started = time.monotonic()
         rules, agents = await self._load()
@@ -254,16 +252,14 @@ class CoordinationService:
             intents, classifier = await self._classify(text, flags, rules, agents, session)
             prio = prioritize(intents, rules, self._settings.clarification_margin)
         else:
-            action = pending[1]
-            intent = str(action.get("type"))
             forced = DetectedIntent(
-                intent=intent,
+                intent=pending.type,
                 clause=text,
                 position=0,
                 matched=("pending_action",),
-                base_weight=rules.base_weights.get(intent, rules.default_weight),
+                base_weight=rules.base_weights.get(pending.type, rules.default_weight),
                 modifiers=(),
-                score=int(action.get("priority_score", 0)),
+                score=pending.priority_score,
             )
             classifier = "pending_action"
             prio = Prioritization(
@@ -334,8 +330,25 @@ class CoordinationService:
             "created_by": principal.name,
         }
 
+        suggested = response.next_agent_suggestions if response else []
+        known = {a.name for a in agents}
+        turn = Turn(
+            primary=prio.primary,
+            secondaries=prio.secondaries,
+            clarification=prio.clarification is not None,
+            reply=reply,
+            agent=chosen.name if chosen else None,
+            answered=response is not None,
+            output_data=response.output_data if response else None,
+            # Only a registered agent is a next step; the answer shows every suggestion.
+            next_agent=next((name for name in suggested if name in known), None),
+            fallback=fallback.strategy if fallback else None,
+            requeue=fallback.pending_action if fallback else None,
+            pending=pending,
+        )
+
         def mutate(current: Session, now: datetime) -> tuple[SessionContent, str]:
-            return self._session_change(current, now, prio, chosen, call, fallback, reply, pending)
+            return apply_turn(content_of(current), now, turn)
 
         # The decision is stored by the statement that writes the session (same version).
         updated, decision_id = await self._sessions.apply_change(
@@ -360,109 +373,6 @@ class CoordinationService:
             memory_updates=memory_outcome,
             execution_time_ms=int((time.monotonic() - started) * 1000),
         )
-
-    def _session_change(
-        self,
-        current: Session,
-        now: datetime,
-        prio: Prioritization,
-        agent: RoutingAgent | None,
-        call: CallResult | None,
-        fallback: FallbackResult | None,
-        reply: str,
-        pending: tuple[int, dict[str, Any]] | None,
-    ) -> tuple[SessionContent, str]:
-        base = content_of(current)
-        state = dict(base.session_state)
-        actions = [dict(a) for a in state.get("pending_actions", [])]
-        requeue = fallback.pending_action if fallback is not None else None
-        if pending is not None:
-            done = pending[1]
-            actions = [a for a in actions if a != done]
-            if requeue is not None:
-                # The agent that must handle it is still away: keep the same action, count
-                # the attempt, and give up after MAX_PENDING_ATTEMPTS.
-                attempts = int(done.get("attempts", 0)) + 1
-                status = "pending" if attempts < MAX_PENDING_ATTEMPTS else "failed"
-                actions.append({**done, "attempts": attempts, "status": status})
-                requeue = None
-        known = {(a.get("type"), a.get("description")) for a in actions}
-        queued = [
-            {
-                "type": i.intent,
-                "description": i.clause,
-                "priority_score": i.score,
-                "status": "pending",
-                "created_at": now.isoformat(),
-            }
-            for i in prio.secondaries
-        ]
-        if requeue is not None:
-            score = prio.primary.score if prio.primary else 0
-            queued.append({"priority_score": score, **requeue})
-        for action in queued:
-            if (action["type"], action["description"]) not in known:
-                actions.append(action)
-                known.add((action["type"], action["description"]))
-        state["pending_actions"] = actions
-        context = dict(state.get("conversation_context") or {})
-        context["turn_count"] = int(context.get("turn_count", 0)) + 1
-        if prio.primary is not None:
-            context["last_intent"] = prio.primary.intent
-        state["conversation_context"] = context
-
-        sequence = base.agent_sequence
-        current_agent = base.current_agent
-        progress = base.progress_percentage
-        response = call.response if call is not None and call.ok else None
-        if agent is not None:
-            outputs = dict(state.get("agent_outputs") or {})
-            if response is not None:
-                outputs[agent.name] = response.output_data
-                reported = (
-                    response.output_data.get("progress_percentage")
-                    if isinstance(response.output_data, dict)
-                    else None
-                )
-                if (
-                    isinstance(reported, int)
-                    and not isinstance(reported, bool)
-                    and 0 <= reported <= 100
-                ):
-                    progress = reported
-            state["agent_outputs"] = outputs
-            sequence = close_current_execution(
-                sequence, now=now, outcome="completed", output_summary=None, next_agent=agent.name
-            )
-            order = max((int(s.get("execution_order", 0)) for s in sequence), default=0) + 1
-            suggestions = response.next_agent_suggestions if response else []
-            step: dict[str, Any] = {
-                "agent_name": agent.name,
-                "execution_order": order,
-                "status": "completed" if response is not None else "failed",
-                "start_time": now.isoformat(),
-                "completion_time": now.isoformat(),
-                "output_summary": reply[:500],
-            }
-            if suggestions:
-                step["next_agent"] = suggestions[0]
-            sequence = [*sequence, step]
-            current_agent = agent.name
-        content = replace(
-            base,
-            session_state=state,
-            agent_sequence=sequence,
-            current_agent=current_agent,
-            progress_percentage=progress,
-            status="active" if base.status == "idle" else base.status,
-        )
-        if prio.clarification is not None:
-            reason = "message: clarification requested"
-        else:
-            how = f"fallback {fallback.strategy}" if fallback else "agent"
-            intent = prio.primary.intent if prio.primary else "none"
-            reason = f"message: {intent} -> {agent.name if agent else 'nobody'} ({how})"
-        return content, reason
 
     async def _classify(
         self,

@@ -12,7 +12,7 @@ import asyncpg
 from app.db.pool import Connection
 from app.db.queries import QUERIES
 from app.sessions.schemas import Session, SessionContent, SessionVersion
-from app.sessions.state import show_mirrors
+from app.sessions.state import show_mirrors, storage_json
 
 Q = QUERIES.sessions
 
@@ -78,15 +78,16 @@ async def insert_session(
     expires_at: datetime,
 ) -> Session:
     """Insert a new session at version 1."""
+    state, sequence, metadata = storage_json(content)
     row = await conn.fetchrow(
         Q.insert_session,
         user_id,
         session_type,
         content.priority,
         content.current_agent,
-        content.agent_sequence,
-        content.session_state,
-        content.coordination_metadata,
+        sequence,
+        state,
+        metadata,
         content.progress_percentage,
         content.preserve,
         now,
@@ -122,13 +123,14 @@ async def update_session_content(
     """Write new content and record it as the next version, if the session is still at
     ``expected_version``; None otherwise. ``decision`` (coordination_decisions columns) is
     logged with the new version; its id comes back with the session."""
+    state, sequence, metadata = storage_json(content)
     row = await conn.fetchrow(
         Q.update_session_content,
         session_id,
         expected_version,
-        content.session_state,
-        content.agent_sequence,
-        content.coordination_metadata,
+        state,
+        sequence,
+        metadata,
         content.current_agent,
         content.progress_percentage,
         content.status,
@@ -153,13 +155,14 @@ async def insert_session_version(
     now: datetime,
 ) -> None:
     """Record one committed change."""
+    state, sequence, metadata = storage_json(content)
     await conn.execute(
         Q.insert_session_version,
         session_id,
         version,
-        content.session_state,
-        content.agent_sequence,
-        content.coordination_metadata,
+        state,
+        sequence,
+        metadata,
         content.current_agent,
         content.progress_percentage,
         content.status,

@@ -26,14 +26,19 @@ ExecutionStatus = Literal["pending", "executing", "completed", "failed"]
 # Statuses a client may set directly; completed/expired come from /complete and the scheduler.
 SettableStatus = Literal["active", "idle", "escalated"]
 Progress = Annotated[int, Field(ge=0, le=100)]
-AgentRef = Annotated[str, StringConstraints(min_length=1, max_length=100)]
-ShortText = Annotated[str, StringConstraints(max_length=4000)]
+AGENT_REF_MAX = 100
+AgentRef = Annotated[str, StringConstraints(min_length=1, max_length=AGENT_REF_MAX)]
+SHORT_TEXT_MAX = 4000
+ShortText = Annotated[str, StringConstraints(max_length=SHORT_TEXT_MAX)]
+# Bounds on the lists the server appends to; it trims its own additions to stay inside them.
+MAX_PENDING_ACTIONS = 1000
+PendingStatus = Literal["pending", "in_progress", "done", "cancelled", "failed"]
 
 
 class ConversationContext(BaseModel):
     """What the conversation is about; agents may add keys of their own."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", frozen=True)
 
     summary: ShortText | None = None
     last_intent: str | None = None
@@ -42,21 +47,28 @@ class ConversationContext(BaseModel):
 
 
 class PendingAction(BaseModel):
-    """Something the session still has to do (e.g. a secondary intent queued for later)."""
+    """Something the session still has to do (e.g. a secondary intent queued for later).
 
-    model_config = ConfigDict(extra="allow")
+    Clients and the coordinator write the same shape. The coordinator also sets
+    ``attempts`` (how often it tried the action), ``reason`` (why it was queued, or why it
+    gave up) and the status ``failed`` (it stopped trying); clients may set them too.
+    """
+
+    model_config = ConfigDict(extra="allow", frozen=True)
 
     type: Annotated[str, StringConstraints(min_length=1, max_length=100)]
     description: ShortText | None = None
     priority_score: int = Field(default=0, ge=0, le=100)
-    status: Literal["pending", "in_progress", "done", "cancelled"] = "pending"
+    status: PendingStatus = "pending"
     created_at: datetime | None = None
+    attempts: int = Field(default=0, ge=0)
+    reason: ShortText | None = None
 
 
 class UserPreferences(BaseModel):
     """How the user likes to be served; agents may add keys of their own."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", frozen=True)
 
     language: str | None = None
     communication_style: str | None = None
@@ -67,7 +79,7 @@ class UserPreferences(BaseModel):
 class SessionState(BaseModel):
     """The seed's ``session_state``: the shared working memory of the session."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
     @model_validator(mode="before")
     @classmethod
@@ -77,7 +89,9 @@ class SessionState(BaseModel):
     active_process: Annotated[str, StringConstraints(min_length=1, max_length=200)] | None = None
     progress_percentage: Progress | None = None
     conversation_context: ConversationContext = Field(default_factory=ConversationContext)
-    pending_actions: list[PendingAction] = Field(default_factory=list, max_length=1000)
+    pending_actions: list[PendingAction] = Field(
+        default_factory=list, max_length=MAX_PENDING_ACTIONS
+    )
     agent_outputs: dict[str, Any] = Field(default_factory=dict)
     user_preferences: UserPreferences = Field(default_factory=UserPreferences)
 
@@ -85,7 +99,7 @@ class SessionState(BaseModel):
 class CoordinationMetadata(BaseModel):
     """The seed's ``coordination_metadata``."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
     session_priority: Priority | None = None
     complexity_score: float | None = Field(default=None, ge=0, le=100)
@@ -99,7 +113,7 @@ class CoordinationMetadata(BaseModel):
 class AgentExecution(BaseModel):
     """One step of the session's agent sequence."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
     agent_name: AgentRef
     execution_order: int = Field(ge=1)
@@ -231,11 +245,15 @@ class SessionVersionPage:
 
 @dataclass(frozen=True, slots=True)
 class SessionContent:
-    """The versioned content of a session, in storage form (mirrored fields removed)."""
+    """The versioned content of a session, typed: what every write (a client's, the
+    coordinator's, a rollback) produces and the repository stores. Its models validate on
+    construction, so content that exists is content a client PATCH accepts. The mirrored
+    copies (``session_state.progress_percentage``, ``coordination_metadata.session_priority``)
+    are never set here: their columns are the truth."""
 
-    session_state: dict[str, Any]
-    agent_sequence: list[dict[str, Any]]
-    coordination_metadata: dict[str, Any]
+    session_state: SessionState
+    agent_sequence: list[AgentExecution]
+    coordination_metadata: CoordinationMetadata
     current_agent: str | None
     progress_percentage: int
     status: str

@@ -24,7 +24,9 @@ from app.db.pool import Database
 from app.errors import Conflict, NotFound, ValidationFailed, VersionConflict
 from app.sessions import repository as repo
 from app.sessions.schemas import (
+    AgentExecution,
     Completion,
+    CoordinationMetadata,
     Handoff,
     Rollback,
     Session,
@@ -32,14 +34,18 @@ from app.sessions.schemas import (
     SessionCreate,
     SessionEditable,
     SessionPage,
+    SessionState,
     SessionVersion,
     SessionVersionPage,
 )
 from app.sessions.state import (
     PATCHABLE,
     close_current_execution,
+    content_of,
+    evolve,
     merge_patch,
     resolve_mirrored,
+    sequence_of,
     start_execution,
     strip_mirrors,
 )
@@ -55,39 +61,23 @@ _OPTIMISTIC_ATTEMPTS = 3
 Mutation = Callable[[Session, datetime], tuple[SessionContent, str]]
 
 
-def content_of(session: Session) -> SessionContent:
-    """The versioned content of a session, in storage form."""
-    state, metadata = strip_mirrors(session.session_state, session.coordination_metadata)
-    return SessionContent(
-        session_state=state,
-        agent_sequence=session.agent_sequence,
-        coordination_metadata=metadata,
-        current_agent=session.current_agent,
-        progress_percentage=session.progress_percentage,
-        status=session.status,
-        priority=session.priority,
-        preserve=session.preserve,
-        completed_at=session.completed_at,
-    )
-
-
 def _content_from_editable(
-    editable: SessionEditable, base: SessionContent, *, status: str | None = None
+    editable: SessionEditable,
+    base_sequence: list[AgentExecution],
+    completed_at: datetime | None,
+    *,
+    status: str | None = None,
 ) -> SessionContent:
-    state, metadata = strip_mirrors(
-        editable.session_state.model_dump(mode="json"),
-        editable.coordination_metadata.model_dump(mode="json"),
-    )
     return SessionContent(
-        session_state=state,
-        agent_sequence=base.agent_sequence,
-        coordination_metadata=metadata,
+        session_state=evolve(editable.session_state, progress_percentage=None),
+        agent_sequence=base_sequence,
+        coordination_metadata=evolve(editable.coordination_metadata, session_priority=None),
         current_agent=editable.current_agent,
         progress_percentage=editable.progress_percentage,
         status=status or editable.status,
         priority=editable.priority,
         preserve=editable.preserve,
-        completed_at=base.completed_at,
+        completed_at=completed_at,
     )
 
 
@@ -179,14 +169,10 @@ class SessionService:
         # An explicit null asks for the default, as leaving the field out does.
         progress = 0 if progress is None else progress
         priority = "normal" if priority is None else priority
-        state, metadata = strip_mirrors(
-            data.session_state.model_dump(mode="json"),
-            data.coordination_metadata.model_dump(mode="json"),
-        )
         content = SessionContent(
-            session_state=state,
+            session_state=evolve(data.session_state, progress_percentage=None),
             agent_sequence=[],
-            coordination_metadata=metadata,
+            coordination_metadata=evolve(data.coordination_metadata, session_priority=None),
             current_agent=data.current_agent,
             progress_percentage=progress,
             status="active",
@@ -233,7 +219,6 @@ class SessionService:
                     f"Session {session_id} is {current.status}; only preserve can change.",
                     session_status=current.status,
                 )
-            base = content_of(current)
             view = {
                 "session_state": current.session_state,
                 "coordination_metadata": current.coordination_metadata,
@@ -256,7 +241,12 @@ class SessionService:
             )
             editable = validate_as(SessionEditable, merged, what="session after this patch")
             closed_status = current.status if current.status in _CLOSED else None
-            return _content_from_editable(editable, base, status=closed_status), "patched"
+            # The sequence is not patchable: it is carried over as stored.
+            sequence = sequence_of(current.agent_sequence)
+            content = _content_from_editable(
+                editable, sequence, current.completed_at, status=closed_status
+            )
+            return content, "patched"
 
         return await self._versioned_write(session_id, bases, actor, mutate)
 
@@ -301,10 +291,9 @@ class SessionService:
                 output_summary=data.output_summary,
                 next_agent=None,
             )
-            state = {**base.session_state, "active_process": None}
             content = replace(
                 base,
-                session_state=state,
+                session_state=evolve(base.session_state, active_process=None),
                 agent_sequence=sequence,
                 status="completed",
                 completed_at=now,
@@ -325,11 +314,16 @@ class SessionService:
 
         def mutate(current: Session, _: datetime) -> tuple[SessionContent, str]:
             self._require_open(current)
+            # The old version goes through today's rules, as a write of it would.
             state, metadata = strip_mirrors(target.session_state, target.coordination_metadata)
             content = SessionContent(
-                session_state=state,
-                agent_sequence=target.agent_sequence,
-                coordination_metadata=metadata,
+                session_state=validate_as(
+                    SessionState, state, what="session_state of that version"
+                ),
+                agent_sequence=sequence_of(target.agent_sequence),
+                coordination_metadata=validate_as(
+                    CoordinationMetadata, metadata, what="coordination_metadata of that version"
+                ),
                 current_agent=target.current_agent,
                 progress_percentage=target.progress_percentage,
                 priority=target.priority,

@@ -1,4 +1,5 @@
-"""Pure rules for session content: RFC 7396 merge patch, the mirrored fields, handoffs.
+"""Pure rules for session content: RFC 7396 merge patch, the mirrored fields, the typed
+content and its storage form, the agent sequence.
 
 Nothing here touches the database or the clock; the service passes times in.
 """
@@ -7,9 +8,22 @@ from __future__ import annotations
 
 import copy
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
+from pydantic import BaseModel, TypeAdapter, ValidationError
+
+from app.common.validation import field_errors, validate_as
 from app.errors import ValidationFailed
+from app.sessions.schemas import (
+    AgentExecution,
+    CoordinationMetadata,
+    ExecutionStatus,
+    Session,
+    SessionContent,
+    SessionState,
+)
+
+M = TypeVar("M", bound=BaseModel)
 
 # Fields of the API view that a merge patch may touch (base_version is a precondition).
 PATCHABLE = frozenset(
@@ -75,39 +89,103 @@ def resolve_mirrored(
     return current
 
 
+def evolve(model: M, **changes: Any) -> M:
+    """A copy of ``model`` with ``changes``, validated like a new model.
+
+    The one way content models are changed: pydantic's ``model_copy`` with an update skips
+    validation, which is how a server-side write could store what a client PATCH then
+    refuses. Unchanged nested models are taken as they are (they were validated already).
+    """
+    return type(model).model_validate({**dict(model), **changes})
+
+
+def content_of(session: Session) -> SessionContent:
+    """The typed, versioned content of a session as stored (mirrored fields removed).
+
+    Stored content was validated when written; content stored before a rule tightened is
+    refused here with a 422 naming the field, which a client PATCH can then repair.
+    """
+    state, metadata = strip_mirrors(session.session_state, session.coordination_metadata)
+    return SessionContent(
+        session_state=validate_as(SessionState, state, what="stored session_state"),
+        agent_sequence=sequence_of(session.agent_sequence),
+        coordination_metadata=validate_as(
+            CoordinationMetadata, metadata, what="stored coordination_metadata"
+        ),
+        current_agent=session.current_agent,
+        progress_percentage=session.progress_percentage,
+        status=session.status,
+        priority=session.priority,
+        preserve=session.preserve,
+        completed_at=session.completed_at,
+    )
+
+
+_SEQUENCE = TypeAdapter(list[AgentExecution])
+
+
+def sequence_of(raw: list[dict[str, Any]]) -> list[AgentExecution]:
+    """A stored agent sequence, typed (422 naming the step if one is not valid)."""
+    try:
+        return _SEQUENCE.validate_python(raw)
+    except ValidationError as exc:
+        raise ValidationFailed(
+            "The stored agent_sequence is not valid.",
+            errors=field_errors(exc, prefix="agent_sequence"),
+        ) from None
+
+
+def storage_json(content: SessionContent) -> tuple[Any, Any, Any]:
+    """(session_state, agent_sequence, coordination_metadata) as the JSON the columns hold:
+    every field of the seed's shape, without the mirrored copies."""
+    return (
+        content.session_state.model_dump(mode="json", exclude={"progress_percentage"}),
+        _SEQUENCE.dump_python(content.agent_sequence, mode="json"),
+        content.coordination_metadata.model_dump(mode="json", exclude={"session_priority"}),
+    )
+
+
 def close_current_execution(
-    sequence: list[dict[str, Any]],
+    sequence: list[AgentExecution],
     *,
     now: datetime,
-    outcome: str,
+    outcome: ExecutionStatus,
     output_summary: str | None,
     next_agent: str | None,
-) -> list[dict[str, Any]]:
-    """Mark the newest still-running execution finished (a copy; the input is untouched)."""
-    updated = [dict(step) for step in sequence]
-    for step in reversed(updated):
-        if step.get("status") in ("executing", "pending"):
-            step["status"] = outcome
-            step["completion_time"] = now.isoformat()
+) -> list[AgentExecution]:
+    """Mark the newest still-running execution finished (a new list; the input is untouched)."""
+    updated = list(sequence)
+    for index in range(len(updated) - 1, -1, -1):
+        step = updated[index]
+        if step.status in ("executing", "pending"):
+            changes: dict[str, Any] = {"status": outcome, "completion_time": now}
             if output_summary is not None:
-                step["output_summary"] = output_summary
+                changes["output_summary"] = output_summary
             if next_agent is not None:
-                step["next_agent"] = next_agent
+                changes["next_agent"] = next_agent
+            updated[index] = evolve(step, **changes)
             break
     return updated
 
 
+def next_execution_order(sequence: list[AgentExecution]) -> int:
+    """The execution_order of a step appended now."""
+    return max((step.execution_order for step in sequence), default=0) + 1
+
+
 def start_execution(
-    sequence: list[dict[str, Any]], agent_name: str, now: datetime
-) -> list[dict[str, Any]]:
+    sequence: list[AgentExecution], agent_name: str, now: datetime
+) -> list[AgentExecution]:
     """Append a new executing step for ``agent_name``."""
-    order = max((int(step.get("execution_order", 0)) for step in sequence), default=0) + 1
-    return [
-        *sequence,
-        {
-            "agent_name": agent_name,
-            "execution_order": order,
-            "status": "executing",
-            "start_time": now.isoformat(),
-        },
-    ]
+    step = AgentExecution(
+        agent_name=agent_name,
+        execution_order=next_execution_order(sequence),
+        status="executing",
+        start_time=now,
+    )
+    return [*sequence, step]
+
+
+def clip(text: str, limit: int) -> str:
+    """``text`` cut to at most ``limit`` characters, marked with an ellipsis when cut."""
+    return text if len(text) <= limit else text[: limit - 1] + "\u2026"

@@ -9,10 +9,12 @@ from typing import Any
 import pytest
 
 from app.errors import ValidationFailed
+from app.sessions.schemas import AgentExecution
 from app.sessions.state import (
     close_current_execution,
     merge_patch,
     resolve_mirrored,
+    sequence_of,
     show_mirrors,
     start_execution,
     strip_mirrors,
@@ -159,62 +161,72 @@ def test_resolve_mirrored_rejects_disagreement(
     assert raised.value.status == 422
 
 
-def sequence_of_steps() -> list[dict[str, Any]]:
+def steps(*raw: dict[str, Any]) -> list[AgentExecution]:
+    """Typed steps from their JSON."""
+    return sequence_of(list(raw))
+
+
+def plain(sequence: list[AgentExecution]) -> list[dict[str, Any]]:
+    """Steps as JSON, leaving out the fields never set."""
+    return [step.model_dump(mode="json", exclude_none=True) for step in sequence]
+
+
+def sequence_of_steps() -> list[AgentExecution]:
     """A handoff history: one finished step, an older step left running, the current one."""
-    return [
+    return steps(
         {"agent_name": "A", "execution_order": 1, "status": "completed"},
         {"agent_name": "B", "execution_order": 2, "status": "executing"},
         {"agent_name": "C", "execution_order": 3, "status": "pending"},
         {"agent_name": "D", "execution_order": 4, "status": "failed"},
-    ]
+    )
 
 
 def test_close_current_execution_closes_only_the_newest_running_step() -> None:
     sequence = sequence_of_steps()
-    before = copy.deepcopy(sequence)
+    before = plain(sequence)
 
     closed = close_current_execution(
         sequence, now=NOW, outcome="completed", output_summary="done", next_agent="E"
     )
 
-    assert sequence == before
-    assert closed[:2] == before[:2]
-    assert closed[3] == before[3]
-    assert closed[2] == {
+    assert plain(sequence) == before
+    assert plain(closed[:2]) == before[:2]
+    assert plain(closed)[3] == before[3]
+    assert plain(closed)[2] == {
         "agent_name": "C",
         "execution_order": 3,
         "status": "completed",
-        "completion_time": NOW.isoformat(),
+        "completion_time": "2026-11-01T12:30:00Z",
         "output_summary": "done",
         "next_agent": "E",
     }
 
 
 def test_close_current_execution_omits_absent_summary_and_next_agent() -> None:
-    sequence = [{"agent_name": "A", "execution_order": 1, "status": "executing"}]
+    sequence = steps({"agent_name": "A", "execution_order": 1, "status": "executing"})
     closed = close_current_execution(
         sequence, now=NOW, outcome="failed", output_summary=None, next_agent=None
     )
-    assert closed == [
+    assert plain(closed) == [
         {
             "agent_name": "A",
             "execution_order": 1,
             "status": "failed",
-            "completion_time": NOW.isoformat(),
+            "completion_time": "2026-11-01T12:30:00Z",
         }
     ]
-    assert sequence == [{"agent_name": "A", "execution_order": 1, "status": "executing"}]
+    assert plain(sequence) == [{"agent_name": "A", "execution_order": 1, "status": "executing"}]
 
 
 def test_close_current_execution_without_a_running_step_changes_nothing() -> None:
-    sequence = [{"agent_name": "A", "execution_order": 1, "status": "completed"}]
+    sequence = steps({"agent_name": "A", "execution_order": 1, "status": "completed"})
     closed = close_current_execution(
         sequence, now=NOW, outcome="failed", output_summary="x", next_agent="B"
     )
     assert closed == sequence
     assert closed is not sequence
     assert (
-        close_current_execution([], now=NOW, outcome="x", output_summary=None, next_agent=None)
+        close_current_execution([], now=NOW, outcome="failed", output_summary=None, next_agent=None)
         == []
     )
 
@@ -226,22 +238,22 @@ def test_closing_twice_walks_back_through_running_steps() -> None:
     twice = close_current_execution(
         once, now=NOW, outcome="failed", output_summary=None, next_agent=None
     )
-    assert [step["status"] for step in twice] == ["completed", "failed", "completed", "failed"]
+    assert [step.status for step in twice] == ["completed", "failed", "completed", "failed"]
 
 
 def test_start_execution_appends_the_next_order() -> None:
     sequence = sequence_of_steps()
-    before = copy.deepcopy(sequence)
+    before = plain(sequence)
 
     started = start_execution(sequence, "E", NOW)
 
-    assert sequence == before
-    assert started[:-1] == before
-    assert started[-1] == {
+    assert plain(sequence) == before
+    assert plain(started[:-1]) == before
+    assert plain(started)[-1] == {
         "agent_name": "E",
         "execution_order": 5,
         "status": "executing",
-        "start_time": NOW.isoformat(),
+        "start_time": "2026-11-01T12:30:00Z",
     }
 
 
@@ -249,7 +261,7 @@ def test_start_execution_numbers_from_one_and_increments() -> None:
     sequence = start_execution([], "A", NOW)
     sequence = start_execution(sequence, "B", NOW)
     sequence = start_execution(sequence, "C", NOW)
-    assert [(step["agent_name"], step["execution_order"]) for step in sequence] == [
+    assert [(step.agent_name, step.execution_order) for step in sequence] == [
         ("A", 1),
         ("B", 2),
         ("C", 3),
@@ -258,11 +270,11 @@ def test_start_execution_numbers_from_one_and_increments() -> None:
 
 def test_start_execution_follows_the_highest_order_not_the_length() -> None:
     # Orders need not be dense or sorted (history may have been trimmed or reordered).
-    sequence = [
-        {"agent_name": "A", "execution_order": 7},
-        {"agent_name": "B", "execution_order": 3},
-    ]
-    assert start_execution(sequence, "C", NOW)[-1]["execution_order"] == 8
+    sequence = steps(
+        {"agent_name": "A", "execution_order": 7, "status": "completed"},
+        {"agent_name": "B", "execution_order": 3, "status": "completed"},
+    )
+    assert start_execution(sequence, "C", NOW)[-1].execution_order == 8
 
 
 def test_handoff_closes_then_starts() -> None:
@@ -275,8 +287,14 @@ def test_handoff_closes_then_starts() -> None:
         "B",
         later,
     )
-    assert [(s["agent_name"], s["status"], s["execution_order"]) for s in handed_off] == [
+    assert [(s.agent_name, s.status, s.execution_order) for s in handed_off] == [
         ("A", "completed", 1),
         ("B", "executing", 2),
     ]
-    assert sequence[0]["status"] == "executing"
+    assert sequence[0].status == "executing"
+
+
+def test_a_stored_step_that_is_not_valid_is_a_422_naming_it() -> None:
+    with pytest.raises(ValidationFailed) as raised:
+        sequence_of([{"agent_name": "", "execution_order": 1, "status": "completed"}])
+    assert raised.value.extensions["errors"][0]["field"] == "agent_sequence.0.agent_name"

@@ -1,0 +1,169 @@
+"""How one coordinated turn changes the session: pure and typed.
+
+Whatever agents and users send, the content built here is content a client PATCH accepts:
+text is clipped to the model's bounds, the pending-action queue stays within its limit,
+and every model is built through validation (``evolve`` or a constructor). The service
+decides what happened (the ``Turn``); this module only writes it down.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from datetime import datetime
+from typing import Any
+
+from app.coordination.intents import DetectedIntent
+from app.sessions.schemas import (
+    MAX_PENDING_ACTIONS,
+    SHORT_TEXT_MAX,
+    AgentExecution,
+    PendingAction,
+    SessionContent,
+)
+from app.sessions.state import clip, close_current_execution, evolve, next_execution_order
+
+# A queued action whose agent keeps failing is tried this many times, then marked failed.
+MAX_PENDING_ATTEMPTS = 3
+# How much of the reply an agent-sequence step keeps as its summary.
+OUTPUT_SUMMARY_CHARS = 500
+# Statuses of actions nobody will work on again: trimmed first when the queue is full.
+_FINISHED = frozenset({"done", "cancelled", "failed"})
+
+
+@dataclass(frozen=True, slots=True)
+class Turn:
+    """What the coordinator decided and what came of it, for one message or queued action."""
+
+    primary: DetectedIntent | None
+    secondaries: tuple[DetectedIntent, ...]
+    clarification: bool
+    reply: str
+    # The agent the turn was routed to (None: nobody, or a clarification).
+    agent: str | None = None
+    # The agent answered (False: its fallback did).
+    answered: bool = False
+    output_data: Any = None
+    # A registered agent the answer suggested for the next step.
+    next_agent: str | None = None
+    fallback: str | None = None
+    # Work the fallback could not do and queued for when the agent is back.
+    requeue: PendingAction | None = None
+    # The queued action this turn processed (POST .../pending/next), as it was read.
+    pending: PendingAction | None = None
+
+
+def apply_turn(base: SessionContent, now: datetime, turn: Turn) -> tuple[SessionContent, str]:
+    """The session content after ``turn``, and the reason recorded with its version."""
+    state = base.session_state
+    actions = _queue(list(state.pending_actions), now, turn)
+    context = state.conversation_context
+    context_changes: dict[str, Any] = {"turn_count": context.turn_count + 1}
+    if turn.primary is not None:
+        context_changes["last_intent"] = turn.primary.intent
+
+    outputs = state.agent_outputs
+    sequence = base.agent_sequence
+    current_agent = base.current_agent
+    progress = base.progress_percentage
+    if turn.agent is not None:
+        if turn.answered:
+            outputs = {**outputs, turn.agent: turn.output_data}
+            progress = _reported_progress(turn.output_data, progress)
+        sequence = close_current_execution(
+            sequence, now=now, outcome="completed", output_summary=None, next_agent=turn.agent
+        )
+        step = AgentExecution(
+            agent_name=turn.agent,
+            execution_order=next_execution_order(sequence),
+            status="completed" if turn.answered else "failed",
+            start_time=now,
+            completion_time=now,
+            output_summary=clip(turn.reply, OUTPUT_SUMMARY_CHARS),
+            next_agent=turn.next_agent,
+        )
+        sequence = [*sequence, step]
+        current_agent = turn.agent
+
+    content = replace(
+        base,
+        session_state=evolve(
+            state,
+            pending_actions=actions,
+            conversation_context=evolve(context, **context_changes),
+            agent_outputs=outputs,
+        ),
+        agent_sequence=sequence,
+        current_agent=current_agent,
+        progress_percentage=progress,
+        status="active" if base.status == "idle" else base.status,
+    )
+    return content, _reason(turn)
+
+
+def _queue(actions: list[PendingAction], now: datetime, turn: Turn) -> list[PendingAction]:
+    """The pending-action queue after the turn: the processed action removed (or counted
+    and kept, if its agent is still away), the secondary intents and the fallback's
+    deferred work added once each, and the whole kept within MAX_PENDING_ACTIONS."""
+    requeue = turn.requeue
+    if turn.pending is not None:
+        done = turn.pending
+        if done in actions:
+            actions.remove(done)
+        if requeue is not None:
+            # The agent that must handle it is still away: keep the same action, count
+            # the attempt, and give up after MAX_PENDING_ATTEMPTS.
+            attempts = done.attempts + 1
+            gave_up = attempts >= MAX_PENDING_ATTEMPTS
+            changes: dict[str, Any] = {
+                "attempts": attempts,
+                "status": "failed" if gave_up else "pending",
+            }
+            if gave_up:
+                why = requeue.reason or "its agent was unavailable"
+                changes["reason"] = clip(f"gave up after {attempts} attempts: {why}", 500)
+            actions.append(evolve(done, **changes))
+            requeue = None
+    new: list[PendingAction] = [
+        PendingAction(
+            type=intent.intent,
+            description=clip(intent.clause, SHORT_TEXT_MAX),
+            priority_score=intent.score,
+            status="pending",
+            created_at=now,
+        )
+        for intent in turn.secondaries
+    ]
+    if requeue is not None:
+        new.append(evolve(requeue, priority_score=turn.primary.score if turn.primary else 0))
+    known = {(a.type, a.description) for a in actions}
+    for action in new:
+        if (action.type, action.description) not in known:
+            actions.append(action)
+            known.add((action.type, action.description))
+    return _bounded(actions)
+
+
+def _bounded(actions: list[PendingAction]) -> list[PendingAction]:
+    """At most MAX_PENDING_ACTIONS: drop the oldest finished actions first, then the newest
+    additions (this turn's come last)."""
+    excess = len(actions) - MAX_PENDING_ACTIONS
+    if excess <= 0:
+        return actions
+    finished = set([i for i, a in enumerate(actions) if a.status in _FINISHED][:excess])
+    return [a for i, a in enumerate(actions) if i not in finished][:MAX_PENDING_ACTIONS]
+
+
+def _reported_progress(output: Any, current: int) -> int:
+    """The progress an agent reported in its output, if it is a valid percentage."""
+    reported = output.get("progress_percentage") if isinstance(output, dict) else None
+    if isinstance(reported, int) and not isinstance(reported, bool) and 0 <= reported <= 100:
+        return reported
+    return current
+
+
+def _reason(turn: Turn) -> str:
+    if turn.clarification:
+        return "message: clarification requested"
+    how = f"fallback {turn.fallback}" if turn.fallback else "agent"
+    intent = turn.primary.intent if turn.primary else "none"
+    return f"message: {intent} -> {turn.agent or 'nobody'} ({how})"

@@ -1,0 +1,280 @@
+"""The coordinator's session update (app/coordination/turn.py) as a property: whatever
+sequence of turns runs, with whatever agents and users send, the session it leaves is one a
+client PATCH accepts, and the queue keeps its bounds."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+from uuid import UUID
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from app.coordination.intents import DetectedIntent
+from app.coordination.schemas import AgentResponse
+from app.coordination.turn import MAX_PENDING_ATTEMPTS, Turn, apply_turn
+from app.sessions.schemas import (
+    MAX_PENDING_ACTIONS,
+    CoordinationMetadata,
+    PendingAction,
+    PendingStatus,
+    Session,
+    SessionContent,
+    SessionEditable,
+    SessionState,
+)
+from app.sessions.state import content_of, merge_patch, sequence_of, show_mirrors, storage_json
+
+NOW = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
+AGENTS = ["Make_Plan_Agent", "Add_Changes_Agent", "Educate_Customer_Agent"]
+
+names = st.from_regex(r"[a-z][a-z0-9_]{0,20}", fullmatch=True)
+# Up to the longest message the API takes (a single clause may be all of it).
+texts = st.text(max_size=10_000) | st.sampled_from(["", "x" * 10_000, "change my plan"])
+
+
+def json_values(max_leaves: int = 10) -> st.SearchStrategy[Any]:
+    scalars = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text()
+    return st.recursive(
+        scalars,
+        lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(), inner, max_size=3),
+        max_leaves=max_leaves,
+    )
+
+
+def nested(depth: int) -> Any:
+    value: Any = 1
+    for _ in range(depth):
+        value = {"n": value}
+    return value
+
+
+# What an agent may answer with, as the dispatcher lets it through (AgentResponse).
+outputs = (
+    json_values()
+    | st.builds(lambda p: {"response": "ok", "progress_percentage": p}, st.integers(-5, 105))
+    | st.integers(0, 80).map(nested)
+).filter(lambda value: _is_valid_output(value))
+
+
+def _is_valid_output(value: Any) -> bool:
+    try:
+        AgentResponse.model_validate({"success": True, "output_data": value})
+    except ValueError:
+        return False
+    return True
+
+
+intents = st.builds(
+    DetectedIntent,
+    intent=names,
+    clause=texts,
+    position=st.integers(0, 5),
+    matched=st.just(("test",)),
+    base_weight=st.integers(0, 100),
+    modifiers=st.just(()),
+    score=st.integers(0, 100),
+)
+actions = st.builds(
+    PendingAction,
+    type=names,
+    description=st.none() | st.text(max_size=200),
+    priority_score=st.integers(0, 100),
+    status=st.sampled_from(["pending", "in_progress", "done", "cancelled", "failed"]),
+    attempts=st.integers(0, MAX_PENDING_ATTEMPTS),
+)
+
+
+@st.composite
+def turns(draw: st.DrawFn, queue: list[PendingAction]) -> Turn:
+    clarification = draw(st.booleans())
+    agent = None if clarification else draw(st.none() | st.sampled_from(AGENTS))
+    answered = agent is not None and draw(st.booleans())
+    return Turn(
+        primary=draw(st.none() | intents),
+        secondaries=tuple(draw(st.lists(intents, max_size=4))),
+        clarification=clarification,
+        reply=draw(texts),
+        agent=agent,
+        answered=answered,
+        output_data=draw(outputs) if answered else None,
+        next_agent=draw(st.none() | st.sampled_from(AGENTS)) if answered else None,
+        fallback=None if answered or agent is None else "change_confirmation_without_analysis",
+        requeue=draw(st.none() | actions) if agent is not None and not answered else None,
+        pending=draw(st.none() | st.sampled_from(queue)) if queue else None,
+    )
+
+
+def fresh_content() -> SessionContent:
+    return SessionContent(
+        session_state=SessionState(),
+        agent_sequence=[],
+        coordination_metadata=CoordinationMetadata(),
+        current_agent=None,
+        progress_percentage=0,
+        status="active",
+        priority="normal",
+        preserve=False,
+        completed_at=None,
+    )
+
+
+def assert_a_client_patch_is_accepted(content: SessionContent) -> None:
+    """What PATCH {"progress_percentage": 20} validates, built from the stored JSON."""
+    state, sequence, metadata = storage_json(content)
+    shown_state, shown_metadata = show_mirrors(
+        state, metadata, content.progress_percentage, content.priority
+    )
+    view = {
+        "session_state": shown_state,
+        "coordination_metadata": shown_metadata,
+        "progress_percentage": content.progress_percentage,
+        "priority": content.priority,
+        "current_agent": content.current_agent,
+        "preserve": content.preserve,
+        "status": content.status,
+    }
+    patched = merge_patch(view, {"progress_percentage": 20})
+    patched["session_state"]["progress_percentage"] = 20
+    SessionEditable.model_validate(patched)
+    sequence_of(sequence)
+    assert len(content.session_state.pending_actions) <= MAX_PENDING_ACTIONS
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_any_sequence_of_turns_leaves_a_session_a_client_patch_accepts(data: st.DataObject) -> None:
+    content = fresh_content()
+    for step in range(data.draw(st.integers(1, 8))):
+        turn = data.draw(turns(list(content.session_state.pending_actions)))
+        content, reason = apply_turn(content, NOW + timedelta(seconds=step), turn)
+        assert reason.startswith("message: ")
+        assert_a_client_patch_is_accepted(content)
+
+
+def action(index: int, status: PendingStatus = "pending") -> PendingAction:
+    return PendingAction(type="urgent_changes", description=f"change {index}", status=status)
+
+
+def content_with(queue: list[PendingAction]) -> SessionContent:
+    return replace(fresh_content(), session_state=SessionState(pending_actions=queue))
+
+
+def secondary(clause: str) -> DetectedIntent:
+    return DetectedIntent("ask_question", clause, 1, ("what is",), 30, (), 30)
+
+
+UNAVAILABLE = "Add_Changes_Agent was unavailable"
+
+
+def test_an_action_whose_agent_stays_away_fails_after_the_last_attempt() -> None:
+    """The bricking case: the coordinator's "failed" is a status the model declares."""
+    queued = action(0)
+    content = content_with([queued])
+    for attempt in range(1, MAX_PENDING_ATTEMPTS + 1):
+        current = content.session_state.pending_actions[0]
+        turn = Turn(
+            primary=None,
+            secondaries=(),
+            clarification=False,
+            reply="recorded",
+            agent="Add_Changes_Agent",
+            fallback="change_confirmation_without_analysis",
+            requeue=PendingAction(
+                type="urgent_changes", reason="Add_Changes_Agent was unavailable"
+            ),
+            pending=current,
+        )
+        content, _ = apply_turn(content, NOW, turn)
+        (kept,) = content.session_state.pending_actions
+        assert kept.attempts == attempt
+    assert kept.status == "failed"
+    assert kept.reason == "gave up after 3 attempts: Add_Changes_Agent was unavailable"
+    assert_a_client_patch_is_accepted(content)
+
+
+def test_a_full_queue_drops_finished_actions_first_then_the_newest() -> None:
+    queue = [action(i, "done" if i < 2 else "pending") for i in range(MAX_PENDING_ACTIONS)]
+    turn = Turn(
+        primary=None,
+        secondaries=tuple(secondary(f"what is {n}?") for n in range(5)),
+        clarification=False,
+        reply="ok",
+    )
+    content, _ = apply_turn(content_with(queue), NOW, turn)
+    kept = content.session_state.pending_actions
+    assert len(kept) == MAX_PENDING_ACTIONS
+    assert kept[: MAX_PENDING_ACTIONS - 2] == queue[2:]  # both finished ones made room
+    assert [a.description for a in kept[-2:]] == ["what is 0?", "what is 1?"]
+
+
+def test_long_clauses_and_replies_are_clipped_to_the_models_bounds() -> None:
+    long = "x" * 10_000
+    turn = Turn(
+        primary=secondary("what?"),
+        secondaries=(secondary(long),),
+        clarification=False,
+        reply=long,
+        agent="Educate_Customer_Agent",
+        answered=True,
+        output_data={"response": long},
+    )
+    content, _ = apply_turn(content_with([]), NOW, turn)
+    (queued,) = content.session_state.pending_actions
+    assert queued.description == "x" * 3999 + "\u2026"
+    assert content.agent_sequence[-1].output_summary == "x" * 499 + "\u2026"
+    assert_a_client_patch_is_accepted(content)
+
+
+def test_content_read_back_from_storage_is_the_content_written() -> None:
+    turn = Turn(
+        primary=secondary("what?"),
+        secondaries=(secondary("and why?"),),
+        clarification=False,
+        reply="because",
+        agent="Educate_Customer_Agent",
+        answered=True,
+        output_data={"response": "because", "progress_percentage": 30},
+        next_agent="Make_Plan_Agent",
+    )
+    content, _ = apply_turn(content_with([action(1)]), NOW, turn)
+    state, sequence, metadata = storage_json(content)
+    assert "progress_percentage" not in state
+    assert "session_priority" not in metadata
+    shown_state, shown_metadata = show_mirrors(state, metadata, 30, "normal")
+    view = Session(
+        session_id=UUID(int=1),
+        user_id=UUID(int=2),
+        session_type="multi_agent_chat",
+        status=content.status,
+        priority=content.priority,
+        current_agent=content.current_agent,
+        agent_sequence=sequence,
+        session_state=shown_state,
+        coordination_metadata=shown_metadata,
+        progress_percentage=content.progress_percentage,
+        preserve=False,
+        version=2,
+        created_at=NOW,
+        updated_at=NOW,
+        last_activity_at=NOW,
+        expires_at=NOW,
+        completed_at=None,
+    )
+    assert content_of(view) == content
+
+
+def test_app_code_changes_models_only_through_validation() -> None:
+    """``model_copy(update=...)`` and ``model_construct`` skip validation: content built
+    with them could be what a client PATCH then refuses. ``evolve`` is the way."""
+    root = Path(__file__).resolve().parents[2] / "app"
+    offenders = [
+        f"{path.relative_to(root)}:{number}"
+        for path in sorted(root.rglob("*.py"))
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if "model_copy(" in line or "model_construct(" in line
+    ]
+    assert offenders == []
