@@ -35,6 +35,7 @@ from app.coordination.service import CoordinationService
 from app.db.pool import Database
 from app.errors import EXCEPTION_HANDLERS, UnsupportedMediaType
 from app.health.controller import HealthController
+from app.linger import LingeringClose
 from app.maintenance.controller import (
     EventController,
     JobController,
@@ -179,7 +180,7 @@ def create_app(
     def provide(value: object) -> Provide:
         return Provide(lambda: value, sync_to_thread=False, use_cache=True)
 
-    return Litestar(
+    app = Litestar(
         route_handlers=[
             HealthController,
             AgentController,
@@ -258,3 +259,11 @@ def create_app(
         ),
         debug=False,
     )
+    # Outermost, around routing and Litestar's own exception handling: middleware given to
+    # Litestar runs only for matched routes, and a 404 or 405 is an early answer too.
+    app.asgi_handler = LingeringClose(
+        app.asgi_handler,
+        max_bytes=settings.server.linger_max_bytes,
+        seconds=settings.server.linger_seconds,
+    )
+    return app

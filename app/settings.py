@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import timedelta
 from pathlib import Path
 
-from pydantic import Field, PositiveInt
+from pydantic import Field, NonNegativeInt, PositiveInt
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -23,6 +23,12 @@ class ServerSettings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = Field(default=8080, ge=1, le=65535)
     max_body_bytes: PositiveInt = 1024 * 1024
+    # After an answer given before the request body was read (413, 401, 404, ...), read and
+    # discard the rest of the body, at most this many bytes for at most this long, before
+    # finishing the answer. A client that writes its whole body before reading (urllib,
+    # requests, httpx) then reads the answer instead of a connection reset. 0 turns it off.
+    linger_max_bytes: NonNegativeInt = 64 * 1024 * 1024
+    linger_seconds: float = Field(default=5.0, ge=0)
     log_level: str = "INFO"
     # Requests per second each key may make (per replica), and the burst it may save up;
     # 0 turns rate limiting off.
