@@ -6,9 +6,14 @@ import argparse
 import asyncio
 import logging
 import sys
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from app import runtime
 from app.settings import Settings
+
+if TYPE_CHECKING:
+    from app.agents.schemas import Agent
 
 
 def _serve(settings: Settings, args: argparse.Namespace) -> int:
@@ -58,15 +63,25 @@ def _migrate(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
+class CommandFailed(Exception):
+    """A command could not do what was asked; its message is one line for the user."""
+
+
 def _agents(settings: Settings, args: argparse.Namespace) -> int:
+    import asyncpg
+
     from app.agents.schemas import AgentCreate
     from app.agents.service import AgentService
     from app.clock import SystemClock
     from app.db.pool import Database
+    from app.errors import SwitchboardError
 
     async def run() -> int:
         database = Database(runtime.database_url(settings), settings.database)
-        await database.open()
+        try:
+            await database.open()
+        except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+            raise CommandFailed(f"cannot reach the database: {exc}") from exc
         try:
             service = AgentService(database, SystemClock(), runtime.admin_key(settings))
             if args.agents_command == "create":
@@ -83,18 +98,58 @@ def _agents(settings: Settings, args: argparse.Namespace) -> int:
                 await service.disable_agent(args.name)
                 print(f"agent {args.name} disabled")
             else:
-                for agent in await service.list_agents():
-                    key = (
-                        "no key" if not agent.has_key else "revoked" if agent.disabled_at else "key"
-                    )
-                    print(
-                        f"{agent.name}\t{','.join(agent.roles) or '-'}\t{key}\t{agent.url or '-'}"
-                    )
+                print(_agent_table(await service.list_agents()), end="")
+        except SwitchboardError as exc:
+            raise CommandFailed(_agents_error(args, exc)) from exc
+        except asyncpg.UndefinedTableError as exc:
+            raise CommandFailed(
+                "the database has no Switchboard tables yet; run `switchboard migrate` first"
+            ) from exc
+        except asyncpg.PostgresError as exc:
+            raise CommandFailed(f"the database refused: {exc}") from exc
         finally:
             await database.close()
         return 0
 
     return asyncio.run(run())
+
+
+def _agents_error(args: argparse.Namespace, exc: Exception) -> str:
+    """The service's error in the CLI's words: commands to run, not HTTP routes."""
+    from app.errors import Conflict, NotFound
+
+    name = getattr(args, "name", None)
+    if isinstance(exc, Conflict) and exc.extensions.get("agent") == name:
+        return (
+            f"agent {name} already has a key; use `switchboard agents rotate-key {name}` "
+            "to issue a new one"
+        )
+    if isinstance(exc, NotFound) and name is not None:
+        return f"no agent named {name}; `switchboard agents list` shows the registered agents"
+    return str(exc)
+
+
+def _agent_table(agents: Sequence[Agent]) -> str:
+    """Agents as a table with a header row, columns aligned (the last one is not padded)."""
+    rows = [("NAME", "ROLES", "KEY", "ENABLED", "URL")]
+    for agent in agents:
+        key = "none" if not agent.has_key else "revoked" if agent.disabled_at else "active"
+        rows.append(
+            (
+                agent.name,
+                ",".join(agent.roles) or "-",
+                key,
+                "yes" if agent.enabled else "no",
+                agent.url or "-",
+            )
+        )
+    # Every column but the last is padded to its widest cell; trailing blanks are dropped.
+    widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]) - 1)]
+    lines = []
+    for *padded, last in rows:
+        cells = [cell.ljust(width) for cell, width in zip(padded, widths, strict=True)]
+        lines.append("  ".join([*cells, last]).rstrip() + "\n")
+    return "".join(lines)
 
 
 def _admin_key_path(settings: Settings, _: argparse.Namespace) -> int:
@@ -111,6 +166,31 @@ def _embedded_stop(settings: Settings, _: argparse.Namespace) -> int:
 
     stop_embedded(settings.data_dir)
     return 0
+
+
+def _agent_name(value: str) -> str:
+    """An agent name as the registry accepts it (argparse reports a bad one, exit 2)."""
+    from app.agents.schemas import AgentName
+
+    return _checked(value, AgentName, "a letter, then letters, digits, _ . or - (100 at most)")
+
+
+def _role_name(value: str) -> str:
+    """A role name as the registry accepts it (argparse reports a bad one, exit 2)."""
+    from app.agents.schemas import RoleName
+
+    return _checked(value, RoleName, "lower case: a letter, then letters, digits or _")
+
+
+def _checked(value: str, annotated: Any, expected: str) -> str:
+    """``value`` validated as the registry's own annotated type, or an argparse error."""
+    from pydantic import TypeAdapter, ValidationError
+
+    try:
+        checked: str = TypeAdapter(annotated).validate_python(value)
+    except ValidationError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not valid: expected {expected}") from None
+    return checked
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -138,8 +218,13 @@ def build_parser() -> argparse.ArgumentParser:
     agents = commands.add_parser("agents", help="manage agents and their API keys")
     agent_commands = agents.add_subparsers(dest="agents_command", required=True)
     create = agent_commands.add_parser("create", help="register an agent; prints its key once")
-    create.add_argument("name")
-    create.add_argument("--role", action="append", help="a role (repeatable)")
+    create.add_argument("name", type=_agent_name)
+    create.add_argument(
+        "--role",
+        action="append",
+        type=_role_name,
+        help="a role (repeatable); one some memory access level requires",
+    )
     for name, text in (("rotate-key", "issue a new key"), ("disable", "revoke the key")):
         sub = agent_commands.add_parser(name, help=text)
         sub.add_argument("name")
@@ -164,6 +249,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     try:
         return int(args.handler(settings, args))
+    except CommandFailed as exc:
+        print(f"switchboard: error: {exc}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         return 130
 

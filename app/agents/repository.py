@@ -121,3 +121,9 @@ async def get_agent_card(conn: Connection, name: str) -> dict[str, Any] | None:
 async def fallback_strategy_names(conn: Connection) -> set[str]:
     """The fallback strategies an agent may name."""
     return {row["name"] for row in await conn.fetch(Q.fallback_strategy_names)}
+
+
+async def known_roles(conn: Connection, checked_in_code: list[str]) -> list[str]:
+    """The roles an agent may hold, sorted: those access levels require, and
+    ``checked_in_code``."""
+    return [row["role"] for row in await conn.fetch(Q.known_roles, checked_in_code)]

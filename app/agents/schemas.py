@@ -19,9 +19,6 @@ ShortText = Annotated[str, StringConstraints(max_length=500)]
 # The longest an agent may be given to answer (agents.timeout_ms has the same CHECK).
 MAX_AGENT_TIMEOUT_MS = 300_000
 
-# Roles the rest of the system gives meaning to; others are allowed and simply carried.
-KNOWN_ROLES = ("authorized", "analytics", "coordination_manager")
-
 
 class AgentSkill(BaseModel):
     """An A2A-style skill: what an agent can do, with examples and tags for routing."""

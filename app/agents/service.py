@@ -17,7 +17,7 @@ from app.agents.schemas import (
 )
 from app.auth.keycache import KeyCache
 from app.auth.keys import generate_key, hash_key, same_digest
-from app.auth.principal import ADMIN, Principal
+from app.auth.principal import ADMIN, ROLES_CHECKED_IN_CODE, Principal
 from app.clock import Clock
 from app.db.pool import Connection, Database
 from app.errors import Conflict, Forbidden, NotFound, ValidationFailed
@@ -58,6 +58,8 @@ class AgentService:
         # No roles sent: a seeded agent keeps the roles it was seeded with.
         roles = None if data.roles is None else sorted(set(data.roles))
         async with self._db.transaction() as conn:
+            if roles:
+                await _require_known_roles(conn, roles)
             agent = await repo.insert_agent(conn, data.name, hash_key(key), roles, now)
             if agent is None:
                 raise Conflict(
@@ -156,8 +158,9 @@ class AgentService:
 
     async def _apply_settings(self, conn: Connection, agent: Agent, data: AgentSettings) -> Agent:
         changes = data.model_dump(mode="json", exclude_unset=True)
-        if "roles" in changes and changes["roles"] is not None:
+        if changes.get("roles"):
             changes["roles"] = sorted(set(changes["roles"]))
+            await _require_known_roles(conn, changes["roles"])
         if changes.get("fallback_strategy") is not None:
             known = await repo.fallback_strategy_names(conn)
             if changes["fallback_strategy"] not in known:
@@ -187,3 +190,23 @@ class AgentService:
         if updated is None:
             raise NotFound(f"No agent named {agent.name!r}.")
         return updated
+
+
+async def _require_known_roles(conn: Connection, roles: list[str]) -> None:
+    """A role nothing checks would grant nothing (a typo, usually): 422 naming roles."""
+    known = await repo.known_roles(conn, list(ROLES_CHECKED_IN_CODE))
+    unknown = [role for role in roles if role not in known]
+    if unknown:
+        named = ", ".join(repr(role) for role in unknown)
+        raise ValidationFailed(
+            f"Unknown role{'s' if len(unknown) > 1 else ''} {named}: a role is known when a "
+            f"memory access level requires it. The known roles are {', '.join(known)}.",
+            errors=[
+                {
+                    "field": "roles",
+                    "message": f"unknown role{'s' if len(unknown) > 1 else ''} {named}; "
+                    f"known: {', '.join(known)}",
+                }
+            ],
+            known_roles=known,
+        )

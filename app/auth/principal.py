@@ -7,6 +7,11 @@ from typing import Literal
 from uuid import UUID
 
 ADMIN_NAME = "admin"
+# The role of an n8n integration key (it may act for other agents); the webhooks check it.
+INTEGRATION_ROLE = "coordination_manager"
+# Roles the code gives meaning to itself; every other role is known through the access
+# level that requires it (memory_access_levels.required_role).
+ROLES_CHECKED_IN_CODE = (INTEGRATION_ROLE,)
 
 
 @dataclass(frozen=True, slots=True)

@@ -58,8 +58,6 @@ class Job:
     description: str
     interval: Callable[[SchedulerSettings], timedelta]
     steps: tuple[Step, ...]
-    # Emit this event with the per-step counts when the run changed anything.
-    summary_event: str | None = None
 
 
 JOBS: dict[str, Job] = {
@@ -146,7 +144,8 @@ JOBS: dict[str, Job] = {
         ),
         Job(
             "memory_retention",
-            "expired memories go; old interaction patterns move to the memory archive",
+            "expired memories go; old interaction patterns move to the memory archive; each "
+            "user affected is told (memory.purged)",
             lambda s: s.retention_interval,
             (
                 Step(
@@ -167,12 +166,11 @@ JOBS: dict[str, Job] = {
                 Step(
                     "archive_purged",
                     Q.purge_memory_archive,
-                    lambda now, s: (now - s.memory_archive_retention,),
+                    lambda now, s: (now - s.memory_archive_retention, now),
                     Q.count_purgeable_memory_archive,
                     lambda now, s: (now - s.memory_archive_retention,),
                 ),
             ),
-            summary_event="memory.purged",
         ),
         Job(
             "housekeeping",
@@ -324,9 +322,6 @@ class MaintenanceService:
                     )
                 if taken < limit:
                     break
-        if job.summary_event and any(details.values()):
-            async with self._db.transaction() as conn:
-                await repo.emit_event(conn, job.summary_event, {"job": job.name, **details}, now)
 
     def _lease(self, now: datetime) -> datetime:
         return now + self._settings.lease

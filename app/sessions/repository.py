@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Literal
 from uuid import UUID
 
 import asyncpg
@@ -15,6 +15,9 @@ from app.sessions.schemas import Session, SessionContent, SessionVersion
 from app.sessions.state import show_mirrors, storage_json
 
 Q = QUERIES.sessions
+
+# Whether a registered agent may be handed a session; None: no agent has that name.
+AgentState = Literal["available", "switched_off", "revoked"] | None
 
 
 def _session(row: asyncpg.Record) -> Session:
@@ -102,6 +105,18 @@ async def get_session(conn: Connection, session_id: UUID) -> Session | None:
     """One session by id."""
     row = await conn.fetchrow(Q.get_session, session_id)
     return None if row is None else _session(row)
+
+
+async def get_session_for_handoff(
+    conn: Connection, session_id: UUID, agent_name: str
+) -> tuple[Session | None, AgentState]:
+    """One session by id, and the state of the agent named to take it over (None if no
+    agent has that name)."""
+    row = await conn.fetchrow(Q.get_session_for_handoff, session_id, agent_name)
+    if row is None:
+        return None, None
+    state: AgentState = row["to_agent_state"]
+    return _session(row), state
 
 
 async def lock_session(conn: Connection, session_id: UUID) -> Session | None:

@@ -253,10 +253,14 @@ class SessionService:
     async def handoff(
         self, session_id: UUID, data: Handoff, bases: set[int] | None, actor: str
     ) -> Session:
-        """Close the current agent's step and start one for ``to_agent``."""
+        """Close the current agent's step and start one for ``to_agent``, which must be a
+        registered agent that is neither switched off nor revoked (422 otherwise)."""
+        async with self._db.connection() as conn:
+            read, to_agent = await repo.get_session_for_handoff(conn, session_id, data.to_agent)
 
         def mutate(current: Session, now: datetime) -> tuple[SessionContent, str]:
             self._require_open(current)
+            _require_available(data.to_agent, to_agent)
             base = content_of(current)
             sequence = close_current_execution(
                 base.agent_sequence,
@@ -274,7 +278,10 @@ class SessionService:
             )
             return content, f"handoff to {data.to_agent}: {data.reason}"
 
-        return await self._versioned_write(session_id, bases, actor, mutate)
+        # The read above is the first optimistic base; a retry re-reads only the session
+        # (an agent switched off in between is a race the next handoff settles).
+        written, _ = await self._write(session_id, bases, actor, mutate, read, None)
+        return written
 
     async def complete(
         self, session_id: UUID, data: Completion, bases: set[int] | None, actor: str
@@ -456,6 +463,22 @@ def _at_base(session_id: UUID, current: Session | None, bases: set[int] | None) 
             current=current,
         )
     return current
+
+
+def _require_available(name: str, state: repo.AgentState) -> None:
+    """A session is handed only to an agent that exists and may work (422 naming to_agent)."""
+    if state == "available":
+        return
+    if state is None:
+        detail = f"No agent named {name!r} is registered; hand the session to a registered agent."
+        message = "not a registered agent"
+    elif state == "revoked":
+        detail = f"Agent {name!r} is disabled (its key was revoked); issue it a new key first."
+        message = "agent is disabled"
+    else:
+        detail = f"Agent {name!r} is disabled (enabled is false); enable it first."
+        message = "agent is disabled"
+    raise ValidationFailed(detail, errors=[{"field": "to_agent", "message": message}])
 
 
 def _describe(bases: set[int]) -> str:

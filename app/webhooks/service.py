@@ -8,7 +8,7 @@ from uuid import UUID
 
 import msgspec
 
-from app.auth.principal import Principal
+from app.auth.principal import INTEGRATION_ROLE, Principal
 from app.clock import Clock
 from app.coordination.schemas import MessageRequest
 from app.coordination.service import CoordinationService
@@ -22,8 +22,6 @@ from app.sessions.schemas import SessionCreate, SessionState
 from app.sessions.service import SessionService
 from app.users.service import UserService
 from app.webhooks import repository as repo
-
-INTEGRATION_ROLE = "coordination_manager"
 
 
 def may_delegate(principal: Principal) -> bool:

@@ -74,3 +74,12 @@ SELECT card FROM agents WHERE name = $1
 
 -- name: fallback_strategy_names
 SELECT name FROM fallback_strategies ORDER BY name
+
+-- name: known_roles
+-- The roles an agent may hold: every role a memory access level requires (data, so a
+-- deployment that adds a level adds its role) and the roles the code checks itself ($1).
+SELECT role
+FROM (SELECT required_role AS role FROM memory_access_levels WHERE required_role IS NOT NULL
+      UNION
+      SELECT unnest($1::text[])) AS roles
+ORDER BY role

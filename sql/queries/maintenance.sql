@@ -240,6 +240,11 @@ WHERE status = 'completed' AND coalesce(completed_at, created_at) < $1 AND NOT p
 -- the instant it reached; the next batch starts after it ($3, NULL for the first), so no
 -- batch steps over rows that earlier ones deleted. No rows are locked first: a row updated
 -- meanwhile is re-checked by the DELETE against its new expiry. $1 now, $2 batch size.
+-- Each user whose memories went is told in this same statement, so the notice commits or
+-- rolls back with the deletion: one memory.purged event per user and batch, with the
+-- counts per category (a notifier wants one notice per user, not job totals). A batch can
+-- touch 20,000 users, so these events are written only while someone subscribes to them
+-- (an event without a subscriber has no delivery and is never listed or sent anyway).
 WITH reach AS (
     SELECT coalesce(
         (SELECT expires_at FROM memories
@@ -253,7 +258,25 @@ WITH reach AS (
     WHERE expires_at <= (SELECT upto FROM reach)
       AND expires_at > coalesce($3::timestamptz, '-infinity')
       AND expires_at < $1 AND category <> 'interaction_patterns'
-    RETURNING 1
+    RETURNING user_id, category
+), per_category AS (
+    SELECT user_id, category, count(*) AS n FROM gone GROUP BY user_id, category
+), events AS (
+    INSERT INTO outbox_events (event_type, payload, created_at)
+    SELECT 'memory.purged',
+           jsonb_build_object('user_id', user_id, 'action', 'deleted', 'count', sum(n),
+                              'categories', jsonb_object_agg(category, n)),
+           $1::timestamptz
+    FROM per_category
+    WHERE EXISTS (SELECT 1 FROM subscriptions
+                  WHERE disabled_at IS NULL AND 'memory.purged' = ANY (event_types))
+    GROUP BY user_id
+    RETURNING event_id, event_type
+), deliveries AS (
+    INSERT INTO event_deliveries (event_id, subscription_id, next_attempt_at)
+    SELECT e.event_id, sub.subscription_id, $1::timestamptz
+    FROM events e JOIN subscriptions sub
+      ON sub.disabled_at IS NULL AND e.event_type = ANY (sub.event_types)
 )
 SELECT (SELECT count(*) FROM gone) AS taken, (SELECT upto FROM reach) AS reached
 
@@ -261,7 +284,8 @@ SELECT (SELECT count(*) FROM gone) AS taken, (SELECT upto FROM reach) AS reached
 SELECT count(*) FROM memories WHERE expires_at < $1 AND category <> 'interaction_patterns'
 
 -- name: archive_interaction_patterns
--- Job 5b: interaction patterns past their retention move to memory_archive.
+-- Job 5b: interaction patterns past their retention move to memory_archive; each user
+-- whose patterns moved is told (memory.purged, action 'archived'). $1 now, $2 batch size.
 WITH picked AS (
     SELECT memory_id FROM memories
     WHERE expires_at < $1 AND category = 'interaction_patterns'
@@ -271,28 +295,71 @@ WITH picked AS (
 ), moved AS (
     DELETE FROM memories m USING picked WHERE m.memory_id = picked.memory_id
     RETURNING m.*
+), archived AS (
+    INSERT INTO memory_archive (memory_id, user_id, session_id, agent_name, memory_type,
+                                category, key, content, content_size, access_level, version,
+                                created_at, updated_at, expires_at, archived_at)
+    SELECT memory_id, user_id, session_id, agent_name, memory_type, category, key, content,
+           content_size, access_level, version, created_at, updated_at, expires_at,
+           $1::timestamptz
+    FROM moved
+    ON CONFLICT (memory_id) DO NOTHING
+    RETURNING memory_id, user_id, category
+), per_category AS (
+    SELECT user_id, category, count(*) AS n FROM archived GROUP BY user_id, category
+), events AS (
+    INSERT INTO outbox_events (event_type, payload, created_at)
+    SELECT 'memory.purged',
+           jsonb_build_object('user_id', user_id, 'action', 'archived', 'count', sum(n),
+                              'categories', jsonb_object_agg(category, n)),
+           $1::timestamptz
+    FROM per_category
+    WHERE EXISTS (SELECT 1 FROM subscriptions
+                  WHERE disabled_at IS NULL AND 'memory.purged' = ANY (event_types))
+    GROUP BY user_id
+    RETURNING event_id, event_type
+), deliveries AS (
+    INSERT INTO event_deliveries (event_id, subscription_id, next_attempt_at)
+    SELECT e.event_id, sub.subscription_id, $1::timestamptz
+    FROM events e JOIN subscriptions sub
+      ON sub.disabled_at IS NULL AND e.event_type = ANY (sub.event_types)
 )
-INSERT INTO memory_archive (memory_id, user_id, session_id, agent_name, memory_type, category,
-                            key, content, content_size, access_level, version, created_at,
-                            updated_at, expires_at, archived_at)
-SELECT memory_id, user_id, session_id, agent_name, memory_type, category, key, content,
-       content_size, access_level, version, created_at, updated_at, expires_at, $1::timestamptz
-FROM moved
-ON CONFLICT (memory_id) DO NOTHING
-RETURNING memory_id
+SELECT memory_id FROM archived
 
 -- name: count_archivable_patterns
 SELECT count(*) FROM memories WHERE expires_at < $1 AND category = 'interaction_patterns'
 
 -- name: purge_memory_archive
 -- Job 5c: archived memories older than the archive retention are purged (picked by ctid,
--- as in delete_expired_memories).
-DELETE FROM memory_archive
-WHERE ctid = ANY(ARRAY(
-        SELECT ctid FROM memory_archive WHERE archived_at < $1
-        ORDER BY archived_at LIMIT $2))
-  AND archived_at < $1
-RETURNING memory_id
+-- as in delete_expired_memories); each user whose archive shrank is told (memory.purged,
+-- action 'archive_purged'). $1 archived before, $2 now, $3 batch size.
+WITH gone AS (
+    DELETE FROM memory_archive
+    WHERE ctid = ANY(ARRAY(
+            SELECT ctid FROM memory_archive WHERE archived_at < $1
+            ORDER BY archived_at LIMIT $3))
+      AND archived_at < $1
+    RETURNING memory_id, user_id, category
+), per_category AS (
+    SELECT user_id, category, count(*) AS n FROM gone GROUP BY user_id, category
+), events AS (
+    INSERT INTO outbox_events (event_type, payload, created_at)
+    SELECT 'memory.purged',
+           jsonb_build_object('user_id', user_id, 'action', 'archive_purged', 'count', sum(n),
+                              'categories', jsonb_object_agg(category, n)),
+           $2::timestamptz
+    FROM per_category
+    WHERE EXISTS (SELECT 1 FROM subscriptions
+                  WHERE disabled_at IS NULL AND 'memory.purged' = ANY (event_types))
+    GROUP BY user_id
+    RETURNING event_id, event_type
+), deliveries AS (
+    INSERT INTO event_deliveries (event_id, subscription_id, next_attempt_at)
+    SELECT e.event_id, sub.subscription_id, $2::timestamptz
+    FROM events e JOIN subscriptions sub
+      ON sub.disabled_at IS NULL AND e.event_type = ANY (sub.event_types)
+)
+SELECT memory_id FROM gone
 
 -- name: count_purgeable_memory_archive
 SELECT count(*) FROM memory_archive WHERE archived_at < $1

@@ -14,6 +14,22 @@ RETURNING *
 -- name: get_session
 SELECT * FROM session_coordination WHERE session_id = $1
 
+-- name: get_session_for_handoff
+-- The session and, in the same round trip, whether the agent it is to be handed to ($2)
+-- may take it: NULL (no such agent), 'revoked' (its key was revoked), 'switched_off'
+-- (enabled = false: routing skips it) or 'available'. Seeded agents without a key of
+-- their own are available: they are reached by url, not by key.
+SELECT s.*,
+       CASE
+           WHEN a.name IS NULL THEN NULL
+           WHEN a.disabled_at IS NOT NULL THEN 'revoked'
+           WHEN NOT a.enabled THEN 'switched_off'
+           ELSE 'available'
+       END AS to_agent_state
+FROM session_coordination s
+LEFT JOIN agents a ON a.name = $2
+WHERE s.session_id = $1
+
 -- name: lock_session
 -- Serialises writers of one session; the version check then decides who wins.
 SELECT * FROM session_coordination WHERE session_id = $1 FOR UPDATE

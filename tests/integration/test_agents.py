@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncpg
 import httpx
 
 from tests.integration.helpers import assert_problem
@@ -117,6 +118,45 @@ async def test_invalid_names_and_roles_are_422(client: httpx.AsyncClient) -> Non
     ):
         body = assert_problem(await client.post("/v1/agents", json=payload), 422)
         assert body["errors"], payload
+
+
+async def test_roles_are_those_an_access_level_requires(
+    client: httpx.AsyncClient, database_url: str
+) -> None:
+    """A role means something only if some memory access level requires it: any other is a
+    typo (it would grant nothing), refused on create and on change with the known ones."""
+    known = ["analytics", "authorized", "coordination_manager"]
+    created = assert_problem(
+        await client.post("/v1/agents", json={"name": "Typo_Agent", "roles": ["authorised"]}), 422
+    )
+    assert created["errors"] == [
+        {"field": "roles", "message": "unknown role 'authorised'; known: " + ", ".join(known)}
+    ]
+    assert "authorised" in created["detail"]
+    assert created["known_roles"] == known
+    assert_problem(await client.get("/v1/agents/Typo_Agent"), 404)  # nothing was registered
+
+    changed = assert_problem(
+        await client.patch(
+            "/v1/agents/Make_Plan_Agent", json={"roles": ["authorized", "admin", "root"]}
+        ),
+        422,
+    )
+    assert changed["errors"][0]["field"] == "roles"
+    assert "'admin', 'root'" in changed["errors"][0]["message"]
+    assert (await client.get("/v1/agents/Make_Plan_Agent")).json()["roles"] == ["authorized"]
+
+    # Roles are data: a deployment that adds an access level adds the role it requires.
+    conn = await asyncpg.connect(database_url)
+    try:
+        await conn.execute(
+            "INSERT INTO memory_access_levels (level, required_role) VALUES ('audit', 'auditor')"
+        )
+    finally:
+        await conn.close()
+    added = await client.post("/v1/agents", json={"name": "Audit_Agent", "roles": ["auditor"]})
+    assert added.status_code == 201, added.text
+    assert added.json()["agent"]["roles"] == ["auditor"]
 
 
 async def test_unknown_agent_is_404(client: httpx.AsyncClient) -> None:

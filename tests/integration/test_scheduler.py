@@ -12,6 +12,7 @@ from typing import Any
 
 import asyncpg
 import httpx
+import orjson
 import pytest
 
 from app.clock import Clock, FrozenClock
@@ -148,6 +149,8 @@ async def test_expired_sessions_are_archived_and_restorable_within_the_window(
         assert await status_of(client, survivor["session_id"]) != "gone"
     events = await rows(database_url, "SELECT event_type, payload FROM outbox_events")
     assert [(e["event_type"]) for e in events] == ["session.expired"]
+    # Whom to tell: every session event names the user.
+    assert orjson.loads(events[0]["payload"])["user_id"] == user
 
     frozen_clock.advance(timedelta(days=6))
     restored = await client.post(f"/v1/sessions/{doomed['session_id']}/restore")
@@ -223,8 +226,9 @@ async def test_a_completed_session_waits_for_archival_not_for_expiry(
     assert run.details == {"sessions_archived": 1}
     archived = await rows(database_url, "SELECT reason FROM session_archive")
     assert [a["reason"] for a in archived] == ["completed"]
-    events = await rows(database_url, "SELECT event_type FROM outbox_events")
+    events = await rows(database_url, "SELECT event_type, payload FROM outbox_events")
     assert [e["event_type"] for e in events] == ["session.archived"]
+    assert orjson.loads(events[0]["payload"])["user_id"] == done["user_id"]
 
 
 # -- job 5: memory retention ------------------------------------------------------------
@@ -243,6 +247,7 @@ async def test_memory_retention(
         memory_id: str = response.json()["memory_id"]
         return memory_id
 
+    await subscribe_to_memory_purged(client)
     short = await write("orchestrator")  # session_data: 24 h
     pattern = await write("education")  # interaction_patterns: 1 year
     permanent = await write("consultation")  # user_profile: permanent
@@ -253,15 +258,135 @@ async def test_memory_retention(
     assert {str(m) for m in live} == {permanent}
     archived = await rows(database_url, "SELECT memory_id FROM memory_archive")
     assert [str(r["memory_id"]) for r in archived] == [pattern]
-    purged = await rows(
-        database_url, "SELECT payload FROM outbox_events WHERE event_type = 'memory.purged'"
-    )
-    assert len(purged) == 1
     assert short not in {str(m) for m in live}
+    assert await purged_events(database_url) == [
+        {"user_id": user, "action": "archived", "count": 1, "categories": {PATTERNS: 1}},
+        {"user_id": user, "action": "deleted", "count": 1, "categories": {"session_data": 1}},
+    ]
 
     frozen_clock.advance(timedelta(days=366))
     run = await make_replica().run_now("memory_retention", dry_run=False)
     assert run.details["archive_purged"] == 1
+    assert (await purged_events(database_url))[0] == {
+        "user_id": user,
+        "action": "archive_purged",
+        "count": 1,
+        "categories": {PATTERNS: 1},
+    }
+
+
+PATTERNS = "interaction_patterns"
+
+
+async def subscribe_to_memory_purged(client: httpx.AsyncClient) -> None:
+    """memory.purged events are written only while someone subscribes to them."""
+    subscribed = await client.post(
+        "/v1/subscriptions",
+        json={"url": "http://127.0.0.1:9/purged", "event_types": ["memory.purged"]},
+    )
+    assert subscribed.status_code == 201, subscribed.text
+
+
+async def purged_events(database_url: str) -> list[dict[str, Any]]:
+    """The memory.purged payloads, newest first, then by action and user."""
+    found = await rows(
+        database_url,
+        "SELECT payload FROM outbox_events WHERE event_type = 'memory.purged' "
+        "ORDER BY created_at DESC, payload ->> 'action', payload ->> 'user_id'",
+    )
+    return [orjson.loads(r["payload"]) for r in found]
+
+
+async def test_memory_purged_tells_each_user_what_went(
+    client: httpx.AsyncClient, frozen_clock: FrozenClock, make_replica: Any, database_url: str
+) -> None:
+    """One event per affected user with counts per category, so a notifier can send each
+    user one notice; nobody whose memories stayed hears anything."""
+    await subscribe_to_memory_purged(client)
+    ann, bob, carol = [await create_user(client) for _ in range(3)]
+    for user, memory_type in (
+        (ann, "orchestrator"),  # session_data: 24 h
+        (ann, "orchestrator"),
+        (ann, "planning"),  # agent_outputs: 30 days
+        (bob, "orchestrator"),
+        (carol, "consultation"),  # user_profile: kept
+    ):
+        response = await client.post(
+            "/v1/memories", json={"user_id": user, "memory_type": memory_type, "content": 1}
+        )
+        assert response.status_code == 201, response.text
+    frozen_clock.advance(timedelta(days=31))
+    run = await make_replica().run_now("memory_retention", dry_run=False)
+    assert run.details["memories_deleted"] == 4
+    events = await purged_events(database_url)
+    assert sorted(events, key=lambda e: e["count"]) == [
+        {"user_id": bob, "action": "deleted", "count": 1, "categories": {"session_data": 1}},
+        {
+            "user_id": ann,
+            "action": "deleted",
+            "count": 3,
+            "categories": {"session_data": 2, "agent_outputs": 1},
+        },
+    ]
+    # Nothing more went: no event (and no job-total event either).
+    await make_replica().run_now("memory_retention", dry_run=False)
+    assert len(await purged_events(database_url)) == 2
+
+
+async def test_memory_purged_is_not_written_without_a_subscriber(
+    client: httpx.AsyncClient, frozen_clock: FrozenClock, make_replica: Any, database_url: str
+) -> None:
+    """A batch can touch 20,000 users; nobody listening, no 20,000 events to write."""
+    user = await create_user(client)
+    written = await client.post(
+        "/v1/memories", json={"user_id": user, "memory_type": "orchestrator", "content": 1}
+    )
+    assert written.status_code == 201, written.text
+    frozen_clock.advance(timedelta(days=2))
+    run = await make_replica().run_now("memory_retention", dry_run=False)
+    assert run.details["memories_deleted"] == 1
+    assert await purged_events(database_url) == []
+
+
+async def test_memory_purged_commits_with_its_batch(
+    client: httpx.AsyncClient,
+    frozen_clock: FrozenClock,
+    make_replica: Any,
+    database_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The notice is written in the transaction of the batch that deleted the rows: a run
+    that fails after one batch has told exactly the users whose memories that batch took."""
+    await subscribe_to_memory_purged(client)
+    ann, bob = await create_user(client), await create_user(client)
+    for user in (ann, bob):  # a minute apart: different expiries, so different batches
+        written = await client.post(
+            "/v1/memories", json={"user_id": user, "memory_type": "orchestrator", "content": 1}
+        )
+        assert written.status_code == 201, written.text
+        frozen_clock.advance(timedelta(minutes=1))
+    frozen_clock.advance(timedelta(days=2))
+
+    real_batch = maintenance_repo.resuming_batch
+    batches = 0
+
+    async def crash_on_the_second_batch(*args: Any) -> tuple[int, Any]:
+        nonlocal batches
+        batches += 1
+        if batches == 2:
+            raise RuntimeError("the replica died here")
+        return await real_batch(*args)
+
+    monkeypatch.setattr(maintenance_repo, "resuming_batch", crash_on_the_second_batch)
+    failed = await make_replica(batch_size=1).run_now("memory_retention", dry_run=False)
+    assert failed.status == "failed"
+    assert await purged_events(database_url) == [
+        {"user_id": ann, "action": "deleted", "count": 1, "categories": {"session_data": 1}}
+    ]
+
+    monkeypatch.undo()
+    await make_replica(batch_size=1).run_now("memory_retention", dry_run=False)
+    assert sorted(e["user_id"] for e in await purged_events(database_url)) == sorted([ann, bob])
 
 
 async def test_retention_batches_resume_and_take_every_expired_memory_once(
@@ -392,6 +517,7 @@ async def test_expiry_warning_is_sent_once(
     assert [e["event_type"] for e in events] == ["session.expiring"]
     assert soon["session_id"] in events[0]["payload"]
     assert later["session_id"] not in events[0]["payload"]
+    assert orjson.loads(events[0]["payload"])["user_id"] == soon["user_id"]
 
 
 # -- exactly once, leases, crashes, dry runs ----------------------------------------------

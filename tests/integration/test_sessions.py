@@ -349,6 +349,50 @@ async def test_handoff_needs_a_precondition_and_valid_body(client: httpx.AsyncCl
     )
 
 
+async def test_handoff_only_to_a_registered_enabled_agent(client: httpx.AsyncClient) -> None:
+    """A handoff names the agent that works next: one Switchboard does not know, or one
+    that is switched off, is a 422 naming ``to_agent``, and the session is unchanged."""
+    session = await create_session(client)
+    url = f"/v1/sessions/{session['session_id']}"
+
+    unknown = assert_problem(
+        await client.post(
+            f"{url}/handoff", json={"to_agent": "Nobody_Agent", "reason": "r"}, headers=if_match(1)
+        ),
+        422,
+    )
+    assert unknown["errors"] == [{"field": "to_agent", "message": "not a registered agent"}]
+    assert "Nobody_Agent" in unknown["detail"]
+
+    # Switched off for routing (enabled: false), or its key revoked (DELETE): both refused.
+    assert (
+        await client.patch("/v1/agents/Educate_Customer_Agent", json={"enabled": False})
+    ).status_code == 200
+    assert (await client.post("/v1/agents", json={"name": "Make_Plan_Agent"})).status_code == 201
+    assert (await client.delete("/v1/agents/Make_Plan_Agent")).status_code == 204
+    for agent in ("Educate_Customer_Agent", "Make_Plan_Agent"):
+        off = assert_problem(
+            await client.post(
+                f"{url}/handoff", json={"to_agent": agent, "reason": "r"}, headers=if_match(1)
+            ),
+            422,
+        )
+        assert off["errors"] == [{"field": "to_agent", "message": "agent is disabled"}]
+        assert agent in off["detail"]
+        assert "disabled" in off["detail"]
+
+    current = await client.get(url)
+    assert current.headers["etag"] == '"1"'
+    assert current.json()["current_agent"] is None
+    # A seeded agent that has no key of its own is a valid target (n8n calls it by url).
+    ok = await client.post(
+        f"{url}/handoff",
+        json={"to_agent": "Orchestrator_Agent", "reason": "r"},
+        headers=if_match(1),
+    )
+    assert ok.status_code == 200, ok.text
+
+
 async def test_complete_closes_the_session_to_content_changes(client: httpx.AsyncClient) -> None:
     session = await create_session(client, session_state={"active_process": "plan"})
     url = f"/v1/sessions/{session['session_id']}"
