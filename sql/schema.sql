@@ -223,7 +223,7 @@ INSERT INTO fallback_strategies (name, description, template) VALUES
     ('keyword_based_intent_detection', 'classify with the keyword rules instead of the AI classifier',
      '{"message": "Intent detected by keyword rules."}'),
     ('direct_agent_routing', 'route by the keyword rules without the orchestrator',
-     '{"message": "I am passing your request about {intent_label} straight to {agent_label}."}'),
+     '{"message": "I am passing your request about {intent_label} straight to {agent_label}.", "unrouted": "Our coordinator is not available right now, and I could not tell which specialist your message is for. Tell me what you need: a budget or plan, a change to your plan, advice, or an explanation of a money topic."}'),
     ('manual_data_entry_prompt', 'ask the user to enter their data themselves',
      '{"message": "Our data assistant is not available right now. You can enter the details yourself: {field_list}.", "fields": ["monthly_income", "monthly_expenses", "savings", "debts", "financial_goals"]}'),
     ('generic_financial_advice_disclaimer', 'general guidance with a disclaimer',
@@ -298,7 +298,8 @@ SELECT intent, unnest(phrases) FROM (VALUES
 
 CREATE TABLE intent_modifiers (
     name text PRIMARY KEY CHECK (name ~ '^[a-z][a-z0-9_]{0,63}$'),
-    points integer NOT NULL CHECK (points BETWEEN 0 AND 100),
+    -- Negative points lower a score (agent_unavailable); the total is kept within 0..cap.
+    points integer NOT NULL CHECK (points BETWEEN -100 AND 100),
     description text NOT NULL DEFAULT ''
 );
 
@@ -306,7 +307,8 @@ INSERT INTO intent_modifiers (name, points, description) VALUES
     ('session_in_progress', 20, 'the session already has an active process'),
     ('incomplete_critical_process', 30, 'an active process is unfinished and marked critical'),
     ('user_expressed_urgency', 25, 'the user said it is urgent'),
-    ('time_sensitive_deadline', 15, 'the request has a deadline');
+    ('time_sensitive_deadline', 15, 'the request has a deadline'),
+    ('agent_unavailable', -25, 'the agent serving the intent is refusing calls (breaker open)');
 
 CREATE TABLE intent_modifier_cues (
     modifier text NOT NULL REFERENCES intent_modifiers (name) ON DELETE CASCADE ON UPDATE CASCADE,

@@ -119,12 +119,16 @@ async def keyword_based_intent_detection(
 
 
 async def direct_agent_routing(ctx: FallbackContext, template: dict[str, Any]) -> FallbackResult:
-    """Skip the orchestrator: name the specialist the keyword rules point to."""
-    text = fill(
-        str(template.get("message", "")),
-        intent_label=label(ctx.routed_intent) or "your request",
-        agent_label=label(ctx.routed_agent) or "the right specialist",
-    )
+    """Skip the orchestrator: pass the request to the specialist the keyword rules point to
+    (the coordinator then calls it), or, with nobody to pass it to, say so."""
+    if ctx.routed_agent is None:
+        text = str(template.get("unrouted", ""))
+    else:
+        text = fill(
+            str(template.get("message", "")),
+            intent_label=label(ctx.routed_intent) or "your request",
+            agent_label=label(ctx.routed_agent),
+        )
     return FallbackResult(
         ctx.strategy,
         text,

@@ -18,7 +18,9 @@ Tie rule (the order of ``Prioritization.intents``), applied key by key until one
 4. then intent name, alphabetically (so the order is total and deterministic).
 
 The first intent is the primary unless the top two conflict (different serving agents) and
-score closer than the clarification margin; then the user is asked which to start with.
+score closer than the clarification margin; then the user is asked which to start with. Two
+exceptions: an emergency (base weight at the cap) is never held for a question, and two
+intents tied at the cap are told apart by base weight (rule 2), not asked about.
 """
 
 from __future__ import annotations
@@ -51,6 +53,8 @@ _CLAUSE_BREAK = re.compile(
     rf"{_BREAK_START}(?:{_HARD_BREAK}|{_SENTENCE_END}|{_JOIN})", re.IGNORECASE | re.DOTALL
 )
 _LEADING_JUNK = ",;: \t"
+# The context modifier the coordinator applies to an intent whose agent cannot answer now.
+AGENT_UNAVAILABLE = "agent_unavailable"
 _TRAILING_JUNK = ".,;:!? \t\u2026"
 
 
@@ -177,15 +181,49 @@ def detect_intents(
                 earlier[3].update(clause_cues)
 
     if not found:
-        return [_scored(rules, rules.default_intent, message.strip(), 0, (), cues_anywhere | flags)]
+        return [
+            score_intent(rules, rules.default_intent, message.strip(), 0, (), cues_anywhere | flags)
+        ]
     order = compiled.intent_order
     detected: list[DetectedIntent] = []
     for intent, (position, clause, ranks, cues) in sorted(
         found.items(), key=lambda item: (item[1][0], order[item[0]])
     ):
         matched = tuple(map(compiled.phrases[intent].__getitem__, sorted(ranks)))
-        detected.append(_scored(rules, intent, clause, position, matched, cues | flags))
+        detected.append(score_intent(rules, intent, clause, position, matched, cues | flags))
     return detected
+
+
+def with_agent_availability(
+    intents: Sequence[DetectedIntent], rules: IntentRules, unavailable: Iterable[str]
+) -> list[DetectedIntent]:
+    """The intents, rescored with the ``agent_unavailable`` modifier for each one named in
+    ``unavailable`` (its agent cannot answer now: breaker open). The seed ranks by "agent
+    capacity and availability status" too; the points are data like every modifier's, and
+    a rule set without the modifier leaves the scores as they are. An emergency is exempt:
+    it is answered now, by its agent or its fallback, never queued behind other work."""
+    down = set(unavailable)
+    if AGENT_UNAVAILABLE not in rules.modifiers or not down:
+        return list(intents)
+    return [
+        score_intent(
+            rules,
+            found.intent,
+            found.clause,
+            found.position,
+            found.matched,
+            {*found.modifiers, AGENT_UNAVAILABLE},
+        )
+        if found.intent in down and not is_emergency(found, rules)
+        else found
+        for found in intents
+    ]
+
+
+def is_emergency(intent: DetectedIntent, rules: IntentRules) -> bool:
+    """An intent whose base weight alone reaches the cap (the seed's emergency_financial,
+    100): it is never held back by a clarification question."""
+    return intent.base_weight >= rules.score_cap
 
 
 def priority_key(intent: DetectedIntent) -> tuple[int, int, int, str]:
@@ -203,17 +241,22 @@ def prioritize(
         return Prioritization(intents=(), primary=None, secondaries=(), clarification=None)
     top = ordered[0]
     agents = rules.intent_agents
+
+    def too_close(other: DetectedIntent) -> bool:
+        # At the cap, scores no longer tell intents apart; their base weights still do, and
+        # the tie rule already put the higher one first.
+        capped = top.score >= rules.score_cap and other.score >= rules.score_cap
+        if capped and top.base_weight != other.base_weight:
+            return False
+        return top.score - other.score < clarification_margin and _conflict(agents, top, other)
+
     if (
         clarification_margin > 0
         and len(ordered) >= 2
-        and top.score - ordered[1].score < clarification_margin
-        and _conflict(agents, top, ordered[1])
+        and not is_emergency(top, rules)
+        and too_close(ordered[1])
     ):
-        close = [
-            other
-            for other in ordered[1:]
-            if top.score - other.score < clarification_margin and _conflict(agents, top, other)
-        ]
+        close = [other for other in ordered[1:] if too_close(other)]
         options = (top, *close)
         clarification = Clarification(options=options, question=_question(options))
         return Prioritization(
@@ -238,7 +281,7 @@ def _question(options: Sequence[DetectedIntent]) -> str:
     return f"Do you want to start with {listed}?"
 
 
-def _scored(
+def score_intent(
     rules: IntentRules,
     intent: str,
     clause: str,
@@ -246,10 +289,12 @@ def _scored(
     matched: tuple[str, ...],
     modifiers: set[str],
 ) -> DetectedIntent:
-    """The seed's calculateIntentPriority: base (or default) weight + modifier points, capped."""
+    """The seed's calculateIntentPriority: base (or default) weight + modifier points, capped
+    (and never below 0: a modifier may take points away, as agent_unavailable does)."""
     base = rules.base_weights.get(intent, rules.default_weight)
     applied = tuple(sorted(modifiers))
     score = min(base + sum(map(rules.modifiers.__getitem__, applied)), rules.score_cap)
+    score = max(score, 0)
     # Positional: this runs once per detected intent, on the hot path.
     return DetectedIntent(intent, clause, position, matched, base, applied, score)
 

@@ -52,7 +52,8 @@ class ModifierWrite(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    points: int = Field(ge=0, le=100)
+    # Negative points lower the score (agent_unavailable); a score stays within 0..100.
+    points: int = Field(ge=-100, le=100)
     description: Annotated[str, StringConstraints(max_length=500)] = ""
     cues: list[Phrase] = Field(default_factory=list, max_length=500)
 
@@ -170,6 +171,9 @@ class MessageResult:
     agent: str | None
     degraded: bool
     fallback: str | None
+    # The agent the failed agent's direct_agent_routing passed the message to (its answer,
+    # or its own fallback's, follows the routing note in ``response``).
+    routed_to: str | None
     intents: list[IntentView]
     clarification: ClarificationView | None
     pending_actions: list[dict[str, Any]]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 from uuid import UUID
@@ -28,7 +29,11 @@ from app.coordination.intents import (
     Prioritization,
     detect_intents,
     prioritize,
+    score_intent,
+    with_agent_availability,
 )
+from app.coordination.routing import Route, RoutingPolicy, is_refusing
+from app.coordination.routing import route as route_intent
 from app.coordination.schemas import (
     AgentResponse,
     Analysis,
@@ -46,7 +51,7 @@ from app.coordination.schemas import (
     ModifierWrite,
     RoutingAgent,
 )
-from app.coordination.turn import Turn, apply_turn
+from app.coordination.turn import Turn, TurnStep, apply_turn
 from app.db.pool import Database
 from app.errors import Conflict, NotFound, SwitchboardError
 from app.memories.schemas import Memory, MemoryUpsert, MemoryWrite
@@ -117,6 +122,9 @@ class CoordinationService:
         self._memories = memories
         self._breakers = breakers
         self._agents = agents
+        self._policy = RoutingPolicy(
+            default_agent=settings.default_agent, classifier_agent=settings.classifier_agent
+        )
         self._rules: IntentRules | None = None
         self._rules_data: dict[str, Any] = {}
         self._fallback_data = FallbackData(templates={}, lessons=())
@@ -131,11 +139,10 @@ class CoordinationService:
             flags |= session_flags(await self._sessions.get_session(data.session_id))
         rules, agents = await self._load()
         intents, classifier = await self._classify(data.message, sorted(flags), rules, agents, None)
-        prio = prioritize(intents, rules, self._settings.clarification_margin)
-        agent, routed_by = (None, None)
-        if prio.primary is not None:
-            chosen, routed_by = self._route(prio.primary.intent, data.message, agents)
-            agent = chosen.name if chosen else None
+        prio = self._prioritize(intents, rules, agents)
+        found = self._route(prio.primary, agents) if prio.primary is not None else None
+        agent = found.agent.name if found else None
+        routed_by = found.routed_by if found else None
         snapshot = self._breakers.peek(agent) if agent else None
         return Analysis(
             classifier=classifier,
@@ -250,7 +257,7 @@ class CoordinationService:
         flags = sorted(caller_flags | session_flags(session))
         if pending is None:
             intents, classifier = await self._classify(text, flags, rules, agents, session)
-            prio = prioritize(intents, rules, self._settings.clarification_margin)
+            prio = self._prioritize(intents, rules, agents)
         else:
             forced = DetectedIntent(
                 intent=pending.type,
@@ -266,84 +273,84 @@ class CoordinationService:
                 intents=(forced,), primary=forced, secondaries=(), clarification=None
             )
 
-        chosen: RoutingAgent | None = None
-        routed_by: str | None = None
-        call: CallResult | None = None
-        fallback: FallbackResult | None = None
-        memory_outcome = MemoryUpdateOutcome()
-        breaker_state: str | None = None
-        if prio.primary is not None:
-            chosen, routed_by = self._route(prio.primary.intent, text, agents)
-        if chosen is not None and prio.primary is not None:
-            breaker = self._breakers.breaker_for(chosen)
-            call = await self._agents.call(
-                chosen,
-                breaker,
-                self._request(chosen, session, text, prio, flags),
+        primary = prio.primary
+        route = self._route(primary, agents) if primary is not None else None
+        steps: list[_AgentStep] = []
+        if route is not None and primary is not None:
+            first = await self._run_agent(
+                route.agent, session, text, primary, prio.secondaries, flags, principal, agents
             )
-            breaker_state = breaker.snapshot().state
-            if call.ok and call.response is not None:
-                memory_outcome = await self._apply_memory_updates(chosen, session, call.response)
-            else:
-                fallback = await self._fallback(
-                    chosen, session, text, prio.primary, rules, agents, principal
+            steps.append(first)
+            if first.routed is not None:
+                # The orchestrator's fallback passes the request on for real: the specialist
+                # is called through its own breaker, and its answer (or its own fallback)
+                # is what the user gets after the routing note.
+                routed_agent, routed_intent = first.routed
+                steps.append(
+                    await self._run_agent(
+                        routed_agent, session, text, routed_intent, (), flags, principal, agents
+                    )
                 )
 
         if prio.clarification is not None:
             reply = prio.clarification.question
-        elif call is not None and call.ok and call.response is not None:
-            reply = response_text(call.response.output_data)
-        elif fallback is not None:
-            reply = fallback.text
+        elif steps:
+            reply = " ".join(step.reply for step in steps)
         else:
             reply = "No agent is available for this request."
+        first_step = steps[0] if steps else None
+        last_step = steps[-1] if steps else None
+        fallback = first_step.fallback if first_step else None
+        response = last_step.response if last_step else None
+        output_data = (
+            response.output_data
+            if response
+            else (last_step.fallback.data if last_step and last_step.fallback else None)
+        )
+        suggestions = response.next_agent_suggestions if response else []
+        routed_to = steps[1].agent.name if len(steps) > 1 else None
         outcome = (
             "clarification" if prio.clarification else "agent" if fallback is None else "fallback"
         )
-        degraded = fallback is not None
-        response = call.response if call is not None and call.ok else None
-        elapsed_ms = int((time.monotonic() - started) * 1000)
-
         decision: dict[str, Any] = {
             "session_id": session.session_id,
             "message": text,
             "context_flags": flags,
             "classifier": classifier,
             "intents": [_intent_json(i) for i in prio.intents],
-            "primary_intent": prio.primary.intent if prio.primary else None,
-            "chosen_agent": chosen.name if chosen else None,
-            "routed_by": routed_by,
-            "breaker_state": breaker_state,
+            "primary_intent": primary.intent if primary else None,
+            "chosen_agent": route.agent.name if route else None,
+            "routed_by": route.routed_by if route else None,
+            "breaker_state": first_step.breaker_state if first_step else None,
             "outcome": outcome,
             "fallback": fallback.strategy if fallback else None,
-            "degraded": degraded,
-            "attempts": call.attempts if call else 0,
-            "error": call.error if call else None,
+            "degraded": fallback is not None,
+            "attempts": first_step.call.attempts if first_step else 0,
+            "error": first_step.call.error if first_step else None,
             "response": {
                 "text": reply,
-                "output_data": response.output_data
-                if response
-                else (fallback.data if fallback else None),
-                "next_agent_suggestions": response.next_agent_suggestions if response else [],
+                "output_data": output_data,
+                "next_agent_suggestions": suggestions,
+                "routed_to": _routed_json(steps[1]) if routed_to else None,
             },
-            "execution_time_ms": elapsed_ms,
+            "execution_time_ms": int((time.monotonic() - started) * 1000),
             "created_by": principal.name,
         }
 
-        suggested = response.next_agent_suggestions if response else []
         known = {a.name for a in agents}
         turn = Turn(
-            primary=prio.primary,
+            primary=primary,
             secondaries=prio.secondaries,
             clarification=prio.clarification is not None,
             reply=reply,
-            agent=chosen.name if chosen else None,
-            answered=response is not None,
-            output_data=response.output_data if response else None,
-            # Only a registered agent is a next step; the answer shows every suggestion.
-            next_agent=next((name for name in suggested if name in known), None),
-            fallback=fallback.strategy if fallback else None,
-            requeue=fallback.pending_action if fallback else None,
+            steps=tuple(
+                step.as_turn_step(
+                    next_agent=steps[index + 1].agent.name if index + 1 < len(steps) else None,
+                    known=known,
+                )
+                for index, step in enumerate(steps)
+            ),
+            requeue=last_step.fallback.pending_action if last_step and last_step.fallback else None,
             pending=pending,
         )
 
@@ -356,23 +363,75 @@ class CoordinationService:
         )
         if decision_id is None:  # the statement writes both or neither
             raise RuntimeError("The session was written without its decision.")
+        memory_outcome = MemoryUpdateOutcome(
+            applied=sum(step.memories.applied for step in steps),
+            rejected=[rejected for step in steps for rejected in step.memories.rejected],
+        )
         return MessageResult(
             decision_id=decision_id,
             session_id=updated.session_id,
             session_version=updated.version,
             response=reply,
-            agent=chosen.name if chosen else None,
-            degraded=degraded,
+            agent=route.agent.name if route else None,
+            degraded=fallback is not None,
             fallback=fallback.strategy if fallback else None,
+            routed_to=routed_to,
             intents=[_view(i, rules) for i in prio.intents],
             clarification=self._clarification_view(prio),
             pending_actions=updated.session_state.get("pending_actions", []),
             progress_percentage=updated.progress_percentage,
-            output_data=decision["response"]["output_data"],
-            next_agent_suggestions=decision["response"]["next_agent_suggestions"],
+            output_data=output_data,
+            next_agent_suggestions=suggestions,
             memory_updates=memory_outcome,
             execution_time_ms=int((time.monotonic() - started) * 1000),
         )
+
+    async def _run_agent(
+        self,
+        agent: RoutingAgent,
+        session: Session,
+        text: str,
+        intent: DetectedIntent,
+        secondaries: tuple[DetectedIntent, ...],
+        flags: list[str],
+        principal: Principal,
+        agents: list[RoutingAgent],
+    ) -> _AgentStep:
+        """Call one agent through its breaker; its memory updates if it answered, else its
+        rule-based fallback (for ``direct_agent_routing``, with the agent it passes to)."""
+        breaker = self._breakers.breaker_for(agent)
+        call = await self._agents.call(
+            agent, breaker, self._request(agent, session, text, intent, secondaries, flags)
+        )
+        state = breaker.snapshot().state
+        if call.ok and call.response is not None:
+            memories = await self._apply_memory_updates(agent, session, call.response)
+            return _AgentStep(agent, call, None, memories, state)
+        routed = None
+        if agent.fallback_strategy == "direct_agent_routing":
+            routed = self._direct_route_target(agent, text, agents)
+        fallback = await self._fallback(agent, session, text, intent, principal, routed)
+        return _AgentStep(agent, call, fallback, MemoryUpdateOutcome(), state, routed)
+
+    def _direct_route_target(
+        self, failed: RoutingAgent, text: str, agents: list[RoutingAgent]
+    ) -> tuple[RoutingAgent, DetectedIntent] | None:
+        """Where ``direct_agent_routing`` passes a request the failed agent (the
+        orchestrator) could not route: the first intent the keyword rules find whose route
+        is another agent, one that does not route onward itself (no chains). None: nobody
+        to pass it to."""
+        rules = self._rules
+        if rules is None:  # _load ran before any agent call of this message
+            return None
+        for candidate in detect_intents(text, rules, []):
+            found = self._route(candidate, agents)
+            if (
+                found is not None
+                and found.agent.name != failed.name
+                and found.agent.fallback_strategy != "direct_agent_routing"
+            ):
+                return found.agent, candidate
+        return None
 
     async def _classify(
         self,
@@ -411,39 +470,35 @@ class CoordinationService:
             text, rules, flags
         ), "rules (classifier unavailable: keyword_based_intent_detection)"
 
-    def _route(
-        self, intent: str, text: str, agents: list[RoutingAgent]
-    ) -> tuple[RoutingAgent | None, str | None]:
-        """The agent for an intent; else the best skill match; else the default agent."""
-        serving = [a for a in agents if a.enabled and intent in a.intents]
-        if serving:
-            serving.sort(key=lambda a: (a.url is None, a.name))
-            return serving[0], "intent"
-        words = set(text.lower().split())
-        best, best_hits = None, 0
-        for agent in agents:
-            if not agent.enabled or agent.name == self._settings.classifier_agent:
-                continue
-            tags = {str(tag).lower() for skill in agent.skills for tag in skill.get("tags", [])}
-            hits = len(tags & words)
-            if hits > best_hits:
-                best, best_hits = agent, hits
-        if best is not None:
-            return best, "skill"
-        default = next(
-            (a for a in agents if a.name == self._settings.default_agent and a.enabled), None
-        )
-        return (default, "default") if default else (None, None)
+    def _route(self, intent: DetectedIntent, agents: list[RoutingAgent]) -> Route | None:
+        return route_intent(intent, agents, self._policy)
+
+    def _prioritize(
+        self, intents: list[DetectedIntent], rules: IntentRules, agents: list[RoutingAgent]
+    ) -> Prioritization:
+        """The seed's ranking, availability included: an intent whose agent's breaker is
+        refusing calls gets the agent_unavailable modifier, so another agent's intent can
+        go first while it waits in the queue (the decision shows the modifier)."""
+        now = self._clock.now()
+        down = set()
+        for found in intents:
+            target = self._route(found, agents)
+            if target is not None and is_refusing(
+                self._breakers.peek(target.agent.name), target.agent, now
+            ):
+                down.add(found.intent)
+        ranked = with_agent_availability(intents, rules, down)
+        return prioritize(ranked, rules, self._settings.clarification_margin)
 
     def _request(
         self,
         agent: RoutingAgent,
         session: Session,
         text: str,
-        prio: Prioritization,
+        primary: DetectedIntent,
+        secondaries: tuple[DetectedIntent, ...],
         flags: list[str],
     ) -> dict[str, Any]:
-        primary = prio.primary
         return {
             "agent_name": agent.name,
             "request_id": str(uuid.uuid4()),
@@ -451,9 +506,9 @@ class CoordinationService:
             "session_id": str(session.session_id),
             "input_data": {
                 "message": text,
-                "intent": primary.intent if primary else None,
-                "clause": primary.clause if primary else text,
-                "secondary_intents": [i.intent for i in prio.secondaries],
+                "intent": primary.intent,
+                "clause": primary.clause,
+                "secondary_intents": [i.intent for i in secondaries],
             },
             "context": {
                 "session_type": session.session_type,
@@ -462,7 +517,7 @@ class CoordinationService:
                 "progress_percentage": session.progress_percentage,
                 "context_flags": flags,
             },
-            "priority": primary.score if primary else 0,
+            "priority": primary.score,
             "timeout_ms": agent.timeout_ms,
         }
 
@@ -472,19 +527,11 @@ class CoordinationService:
         session: Session,
         text: str,
         primary: DetectedIntent,
-        rules: IntentRules,
-        agents: list[RoutingAgent],
         principal: Principal,
+        routed: tuple[RoutingAgent, DetectedIntent] | None,
     ) -> FallbackResult:
         """The failed agent's rule-based answer. What it reads of the user's memories, it
         reads as ``principal`` (whoever sent the message and sees the answer)."""
-        routed_agent = routed_intent = None
-        if agent.fallback_strategy == "direct_agent_routing":
-            for candidate in detect_intents(text, rules, []):
-                target, _ = self._route(candidate.intent, text, agents)
-                if target is not None and target.name != agent.name:
-                    routed_agent, routed_intent = target.name, candidate.intent
-                    break
         strategy = agent.fallback_strategy or ""
 
         async def read_profile() -> list[Memory]:
@@ -506,8 +553,8 @@ class CoordinationService:
             user_id=session.user_id,
             now=self._clock.now(),
             read_profile=read_profile,
-            routed_agent=routed_agent,
-            routed_intent=routed_intent,
+            routed_agent=routed[0].name if routed else None,
+            routed_intent=routed[1].intent if routed else None,
             lessons=self._fallback_data.lessons,
         )
         return await run_fallback(ctx, self._fallback_data.templates)
@@ -617,6 +664,59 @@ class CoordinationService:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class _AgentStep:
+    """One agent call of a turn and what came of it."""
+
+    agent: RoutingAgent
+    call: CallResult
+    fallback: FallbackResult | None
+    memories: MemoryUpdateOutcome
+    breaker_state: str
+    # Where a direct_agent_routing fallback passes the request (agent and intent).
+    routed: tuple[RoutingAgent, DetectedIntent] | None = None
+
+    @property
+    def response(self) -> AgentResponse | None:
+        """The agent's answer, if it gave one."""
+        return self.call.response if self.call.ok else None
+
+    @property
+    def reply(self) -> str:
+        """What the user reads of this step."""
+        if self.response is not None:
+            return response_text(self.response.output_data)
+        return self.fallback.text if self.fallback else ""
+
+    def as_turn_step(self, *, next_agent: str | None, known: set[str]) -> TurnStep:
+        """This step as the session records it. The next agent is the one the turn passed
+        to, else the first registered agent the answer suggested (the answer itself shows
+        every suggestion)."""
+        response = self.response
+        if next_agent is None and response is not None:
+            next_agent = next((n for n in response.next_agent_suggestions if n in known), None)
+        return TurnStep(
+            agent=self.agent.name,
+            answered=response is not None,
+            reply=self.reply,
+            output_data=response.output_data if response else None,
+            next_agent=next_agent,
+            fallback=self.fallback.strategy if self.fallback else None,
+        )
+
+
+def _routed_json(step: _AgentStep) -> dict[str, Any]:
+    """The decision's record of where direct_agent_routing passed a message."""
+    return {
+        "agent": step.agent.name,
+        "outcome": "agent" if step.response is not None else "fallback",
+        "fallback": step.fallback.strategy if step.fallback else None,
+        "attempts": step.call.attempts,
+        "error": step.call.error,
+        "breaker_state": step.breaker_state,
+    }
+
+
 def _intent_json(intent: DetectedIntent) -> dict[str, Any]:
     return {
         "intent": intent.intent,
@@ -645,19 +745,7 @@ def _classifier_intents(
         clause = item.get("clause") if isinstance(item, dict) else None
         clause = clause if isinstance(clause, str) and clause.strip() else text
         cues = {m for found in detect_intents(clause, rules, flags) for m in found.modifiers}
-        base = rules.base_weights[name]
-        points = sum(rules.modifiers.get(m, 0) for m in cues)
-        detected.append(
-            DetectedIntent(
-                intent=name,
-                clause=clause.strip(),
-                position=position,
-                matched=("classifier",),
-                base_weight=base,
-                modifiers=tuple(sorted(cues)),
-                score=min(base + points, rules.score_cap),
-            )
-        )
+        detected.append(score_intent(rules, name, clause.strip(), position, ("classifier",), cues))
     unique: dict[str, DetectedIntent] = {}
     for found in detected:
         unique.setdefault(found.intent, found)

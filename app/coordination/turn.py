@@ -31,6 +31,20 @@ _FINISHED = frozenset({"done", "cancelled", "failed"})
 
 
 @dataclass(frozen=True, slots=True)
+class TurnStep:
+    """One agent's part in a turn: it answered, or its fallback did."""
+
+    agent: str
+    answered: bool
+    # What the user reads of this step (the agent's answer or the fallback's text).
+    reply: str
+    output_data: Any = None
+    # The agent this step passed the turn to, or a registered one its answer suggested.
+    next_agent: str | None = None
+    fallback: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Turn:
     """What the coordinator decided and what came of it, for one message or queued action."""
 
@@ -38,15 +52,10 @@ class Turn:
     secondaries: tuple[DetectedIntent, ...]
     clarification: bool
     reply: str
-    # The agent the turn was routed to (None: nobody, or a clarification).
-    agent: str | None = None
-    # The agent answered (False: its fallback did).
-    answered: bool = False
-    output_data: Any = None
-    # A registered agent the answer suggested for the next step.
-    next_agent: str | None = None
-    fallback: str | None = None
-    # Work the fallback could not do and queued for when the agent is back.
+    # The agents that took the turn, in order: none (nobody, or a clarification), one, or
+    # the orchestrator whose fallback passed the request on and the agent it passed it to.
+    steps: tuple[TurnStep, ...] = ()
+    # Work a fallback could not do and queued for when its agent is back.
     requeue: PendingAction | None = None
     # The queued action this turn processed (POST .../pending/next), as it was read.
     pending: PendingAction | None = None
@@ -65,24 +74,24 @@ def apply_turn(base: SessionContent, now: datetime, turn: Turn) -> tuple[Session
     sequence = base.agent_sequence
     current_agent = base.current_agent
     progress = base.progress_percentage
-    if turn.agent is not None:
-        if turn.answered:
-            outputs = {**outputs, turn.agent: turn.output_data}
-            progress = _reported_progress(turn.output_data, progress)
+    for step in turn.steps:
+        if step.answered:
+            outputs = {**outputs, step.agent: step.output_data}
+            progress = _reported_progress(step.output_data, progress)
         sequence = close_current_execution(
-            sequence, now=now, outcome="completed", output_summary=None, next_agent=turn.agent
+            sequence, now=now, outcome="completed", output_summary=None, next_agent=step.agent
         )
-        step = AgentExecution(
-            agent_name=turn.agent,
+        execution = AgentExecution(
+            agent_name=step.agent,
             execution_order=next_execution_order(sequence),
-            status="completed" if turn.answered else "failed",
+            status="completed" if step.answered else "failed",
             start_time=now,
             completion_time=now,
-            output_summary=clip(turn.reply, OUTPUT_SUMMARY_CHARS),
-            next_agent=turn.next_agent,
+            output_summary=clip(step.reply, OUTPUT_SUMMARY_CHARS),
+            next_agent=step.next_agent,
         )
-        sequence = [*sequence, step]
-        current_agent = turn.agent
+        sequence = [*sequence, execution]
+        current_agent = step.agent
 
     content = replace(
         base,
@@ -164,6 +173,9 @@ def _reported_progress(output: Any, current: int) -> int:
 def _reason(turn: Turn) -> str:
     if turn.clarification:
         return "message: clarification requested"
-    how = f"fallback {turn.fallback}" if turn.fallback else "agent"
     intent = turn.primary.intent if turn.primary else "none"
-    return f"message: {intent} -> {turn.agent or 'nobody'} ({how})"
+    route = " -> ".join(
+        f"{step.agent} ({'agent' if step.answered else f'fallback {step.fallback}'})"
+        for step in turn.steps
+    )
+    return f"message: {intent} -> {route or 'nobody'}"

@@ -221,7 +221,13 @@ async def test_clarification_when_top_intents_tie_across_agents(client: httpx.As
             "cancel my gym savings goal",
         ),
         ("Make_Plan_Agent", "make a plan for me", "basic_budget_template", "50/30/20"),
-        ("Orchestrator_Agent", "hello there", "direct_agent_routing", "passing your request"),
+        # Nothing to pass "hello" on to: the fallback says so instead of claiming to route.
+        (
+            "Orchestrator_Agent",
+            "hello there",
+            "direct_agent_routing",
+            "could not tell which specialist",
+        ),
     ],
 )
 async def test_unconfigured_agents_answer_with_their_rule_based_fallback(
@@ -519,6 +525,7 @@ async def test_intent_rules_are_editable_data(
         "user_expressed_urgency": 25,
         "session_in_progress": 20,
         "time_sensitive_deadline": 15,
+        "agent_unavailable": -25,
     }
     changed = await client.put(
         "/v1/intents/request_plan", json={"base_weight": 90, "keywords": ["Blueprint", "plan"]}
@@ -691,3 +698,132 @@ async def test_session_scoped_clients(running_app: Litestar) -> None:
     async with app_client(running_app, {"X-API-Key": key}) as orchestrator:
         result = await send(orchestrator, session["session_id"], "hello")
     assert result["agent"] == "Orchestrator_Agent"
+
+
+async def test_direct_agent_routing_really_passes_the_request_on(
+    client: httpx.AsyncClient, agent: AgentServer
+) -> None:
+    """The orchestrator is down (no url) and the classifier calls the message a general
+    inquiry; the keyword rules see a plan request, so the fallback hands the session to
+    Make_Plan_Agent and calls it through its breaker: its answer is the user's."""
+    classifier = await AgentServer().start()
+    try:
+        classifier.reply = {
+            "success": True,
+            "output_data": {"intents": [{"intent": "general_inquiry"}]},
+        }
+        await configure(client, "Intent_Session_Agent", url=classifier.url)
+        await configure(client, "Make_Plan_Agent", url=agent.url)
+        agent.reply = {"success": True, "output_data": {"response": "Here is your plan"}}
+        session = await create_session(client)
+        sid = session["session_id"]
+        result = await send(client, sid, "hi, make a plan for my savings")
+    finally:
+        await classifier.stop()
+
+    assert result["agent"] == "Orchestrator_Agent"
+    assert result["fallback"] == "direct_agent_routing"
+    assert result["routed_to"] == "Make_Plan_Agent"
+    assert result["degraded"] is True
+    assert result["response"] == (
+        "I am passing your request about request plan straight to Make Plan Agent. "
+        "Here is your plan"
+    )
+    sent = agent.requests[-1]
+    assert (sent["agent_name"], sent["input_data"]["intent"]) == ("Make_Plan_Agent", "request_plan")
+
+    current = (await client.get(f"/v1/sessions/{sid}")).json()
+    assert current["current_agent"] == "Make_Plan_Agent"
+    assert [
+        (s["agent_name"], s["status"], s.get("next_agent")) for s in current["agent_sequence"]
+    ] == [
+        ("Orchestrator_Agent", "failed", "Make_Plan_Agent"),
+        ("Make_Plan_Agent", "completed", None),
+    ]
+    decision = (await client.get(f"/v1/sessions/{sid}/decisions")).json()["items"][0]
+    assert decision["chosen_agent"] == "Orchestrator_Agent"
+    assert decision["response"]["routed_to"]["agent"] == "Make_Plan_Agent"
+    assert decision["response"]["routed_to"]["outcome"] == "agent"
+    versions = (await client.get(f"/v1/sessions/{sid}/versions")).json()["items"]
+    assert versions[0]["change_reason"] == (
+        "message: general_inquiry -> Orchestrator_Agent (fallback direct_agent_routing) -> "
+        "Make_Plan_Agent (agent)"
+    )
+
+
+async def test_a_routed_specialist_that_is_down_answers_with_its_own_fallback(
+    client: httpx.AsyncClient, agent: AgentServer
+) -> None:
+    classifier = await AgentServer().start()
+    try:
+        classifier.reply = {"success": True, "output_data": {"intents": ["general_inquiry"]}}
+        await configure(client, "Intent_Session_Agent", url=classifier.url)
+        session = await create_session(client)
+        result = await send(client, session["session_id"], "make me a budget")
+    finally:
+        await classifier.stop()
+    assert result["routed_to"] == "Make_Plan_Agent"
+    assert result["response"].startswith("I am passing your request about request plan")
+    assert "50/30/20" in result["response"]  # Make_Plan_Agent's basic_budget_template
+
+
+async def test_an_intent_whose_agent_is_down_waits_behind_one_that_can_answer(
+    client: httpx.AsyncClient, agent: AgentServer
+) -> None:
+    """The seed ranks by agent availability too: with the advisor isolated, the plan goes
+    first and the consultation is queued; the decision shows why."""
+    await configure(client, "Make_Plan_Agent", url=agent.url)
+    message = "I need advice from an advisor. Also make a plan for me"
+    before = (await client.post("/v1/intents/analyze", json={"message": message})).json()
+    assert before["primary"]["intent"] == "request_consultation"
+    isolated = await client.post(
+        "/v1/agents/Consult_Customer_Agent/breaker", json={"state": "open"}
+    )
+    assert isolated.status_code == 200, isolated.text
+    after = (await client.post("/v1/intents/analyze", json={"message": message})).json()
+    assert after["primary"]["intent"] == "request_plan"
+    consult = next(i for i in after["intents"] if i["intent"] == "request_consultation")
+    assert consult["modifiers"] == ["agent_unavailable"]
+    assert consult["score"] == 60 - 25
+
+    session = await create_session(client)
+    result = await send(client, session["session_id"], message)
+    assert result["agent"] == "Make_Plan_Agent"
+    assert result["degraded"] is False
+    assert [a["type"] for a in result["pending_actions"]] == ["request_consultation"]
+    decision = (await client.get(f"/v1/sessions/{session['session_id']}/decisions")).json()[
+        "items"
+    ][0]
+    recorded = {i["intent"]: i["modifiers"] for i in decision["intents"]}
+    assert recorded["request_consultation"] == ["agent_unavailable"]
+
+
+async def test_an_emergency_at_the_cap_is_not_held_for_a_clarification(
+    client: httpx.AsyncClient,
+) -> None:
+    analysis = (
+        await client.post(
+            "/v1/intents/analyze",
+            json={"message": "I lost my job and I need to cancel my plan urgently"},
+        )
+    ).json()
+    scores = {i["intent"]: i["score"] for i in analysis["intents"]}
+    assert scores["emergency_financial"] == scores["urgent_changes"] == 100
+    assert analysis["clarification"] is None
+    assert analysis["primary"]["intent"] == "emergency_financial"
+
+
+async def test_a_message_no_keyword_claims_is_routed_by_the_agents_skills(
+    client: httpx.AsyncClient,
+) -> None:
+    """With the seeded registry: "risk" is a tag of Consult_Customer_Agent's skill and no
+    keyword rule's; the orchestrator's general_inquiry no longer swallows it."""
+    analysis = (
+        await client.post("/v1/intents/analyze", json={"message": "Tell me about risk?"})
+    ).json()
+    assert analysis["primary"]["intent"] == "general_inquiry"
+    assert (analysis["agent"], analysis["routed_by"]) == ("Consult_Customer_Agent", "skill")
+    greeting = (await client.post("/v1/intents/analyze", json={"message": "hello"})).json()
+    assert (greeting["agent"], greeting["routed_by"]) == ("Orchestrator_Agent", "intent")
+    unknown = (await client.post("/v1/intents/analyze", json={"message": "qwerty"})).json()
+    assert (unknown["agent"], unknown["routed_by"]) == ("Orchestrator_Agent", "intent")

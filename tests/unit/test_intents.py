@@ -9,12 +9,14 @@ from dataclasses import replace
 import pytest
 
 from app.coordination.intents import (
+    AGENT_UNAVAILABLE,
     DetectedIntent,
     IntentRules,
     detect_intents,
     normalize,
     prioritize,
     split_clauses,
+    with_agent_availability,
 )
 
 # The seed's calculateIntentPriority tables.
@@ -536,29 +538,94 @@ def test_an_intent_without_an_agent_conflicts_with_nothing(rules: IntentRules) -
 
 def test_clarification_options_are_the_close_conflicting_intents(rules: IntentRules) -> None:
     given = [
-        intent("ask_question", 85),  # 15 behind the top: not close enough
-        intent("request_plan", 92),  # close, different agent: an option
-        intent("request_consultation", 93),  # close, but the top's own agent
-        intent("urgent_changes", 95),  # close, different agent: an option
-        intent("emergency_financial", 100),
+        intent("ask_question", 75),  # 15 behind the top: not close enough
+        intent("request_plan", 82),  # close, different agent: an option
+        intent("provide_info", 84),  # close, different agent: an option
+        intent("request_consultation", 85),  # close, different agent: an option
+        intent("urgent_changes", 90),
     ]
     prio = prioritize(given, rules, clarification_margin=10)
     assert prio.clarification is not None
     assert names(prio.clarification.options) == [
-        "emergency_financial",
         "urgent_changes",
+        "request_consultation",
+        "provide_info",
         "request_plan",
     ]
     assert prio.clarification.question == (
-        "Do you want to start with emergency financial, urgent changes, or request plan?"
+        "Do you want to start with urgent changes, request consultation, provide info, "
+        "or request plan?"
     )
     assert names(prio.intents) == [
-        "emergency_financial",
         "urgent_changes",
         "request_consultation",
+        "provide_info",
         "request_plan",
         "ask_question",
     ]
+
+
+def test_an_emergency_is_never_held_for_a_clarification(rules: IntentRules) -> None:
+    close = [intent("urgent_changes", 95), intent("emergency_financial", 100)]
+    prio = prioritize(close, rules, clarification_margin=10)
+    assert prio.clarification is None
+    assert prio.primary is not None
+    assert prio.primary.intent == "emergency_financial"
+    assert names(prio.secondaries) == ["urgent_changes"]
+
+
+def test_a_tie_at_the_cap_goes_to_the_higher_base_weight_without_asking(
+    rules: IntentRules,
+) -> None:
+    """The issue's case: "I lost my job and need to cancel my plan asap" puts the
+    emergency (100 + 25) and the change (80 + 25) both at the cap."""
+    found = detect_intents("I lost my job and need to cancel my plan asap", rules)
+    assert [(f.intent, f.score) for f in found][:2] == [
+        ("emergency_financial", 100),
+        ("urgent_changes", 100),
+    ]
+    prio = prioritize(found, rules, clarification_margin=10)
+    assert prio.clarification is None
+    assert prio.primary is not None
+    assert prio.primary.intent == "emergency_financial"
+    # Below the emergency, two capped intents of different base weights are told apart
+    # too (the tie rule's base weight), and equal ones are still asked about.
+    heavy = replace(rules, base_weights={**rules.base_weights, "request_plan": 80})
+    capped = [intent("urgent_changes", 100), intent("request_consultation", 100)]
+    assert prioritize(capped, heavy, 10).clarification is None
+    same = [intent("urgent_changes", 100), intent("request_plan", 100, base=80)]
+    assert prioritize(same, heavy, 10).clarification is not None
+
+
+def test_an_unavailable_agents_intent_waits_behind_an_available_one(rules: IntentRules) -> None:
+    with_modifier = replace(rules, modifiers={**rules.modifiers, AGENT_UNAVAILABLE: -25})
+    found = detect_intents("I want a consultation. Make a plan for me", with_modifier)
+    before = prioritize(found, with_modifier, 10)
+    assert before.primary is not None
+    assert before.primary.intent == "request_consultation"
+    ranked = with_agent_availability(found, with_modifier, {"request_consultation"})
+    consult = next(f for f in ranked if f.intent == "request_consultation")
+    assert (consult.score, consult.modifiers) == (35, (AGENT_UNAVAILABLE,))
+    after = prioritize(ranked, with_modifier, 0)
+    assert after.primary is not None
+    assert after.primary.intent == "request_plan"
+    assert names(after.secondaries) == ["request_consultation"]
+    # Never below zero; without the modifier in the rules, nothing changes.
+    low = with_agent_availability(
+        [intent("general_inquiry", 20)], with_modifier, {"general_inquiry"}
+    )
+    assert low[0].score == 0
+    assert with_agent_availability(found, rules, {"request_consultation"}) == found
+
+
+def test_an_emergency_keeps_its_place_when_its_agent_is_down(rules: IntentRules) -> None:
+    with_modifier = replace(rules, modifiers={**rules.modifiers, AGENT_UNAVAILABLE: -25})
+    found = detect_intents("I lost my job. Cancel my gym", with_modifier)
+    ranked = with_agent_availability(found, with_modifier, {"emergency_financial"})
+    assert ranked == found
+    prio = prioritize(ranked, with_modifier, 10)
+    assert prio.primary is not None
+    assert prio.primary.intent == "emergency_financial"
 
 
 def test_a_single_intent_never_asks(rules: IntentRules) -> None:

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from app.coordination.intents import DetectedIntent
 from app.coordination.schemas import AgentResponse
-from app.coordination.turn import MAX_PENDING_ATTEMPTS, Turn, apply_turn
+from app.coordination.turn import MAX_PENDING_ATTEMPTS, Turn, TurnStep, apply_turn
 from app.sessions.schemas import (
     MAX_PENDING_ACTIONS,
     CoordinationMetadata,
@@ -89,21 +89,30 @@ actions = st.builds(
 
 
 @st.composite
+def steps_of_a_turn(draw: st.DrawFn) -> TurnStep:
+    answered = draw(st.booleans())
+    return TurnStep(
+        agent=draw(st.sampled_from(AGENTS)),
+        answered=answered,
+        reply=draw(texts),
+        output_data=draw(outputs) if answered else None,
+        next_agent=draw(st.none() | st.sampled_from(AGENTS)),
+        fallback=None if answered else "change_confirmation_without_analysis",
+    )
+
+
+@st.composite
 def turns(draw: st.DrawFn, queue: list[PendingAction]) -> Turn:
     clarification = draw(st.booleans())
-    agent = None if clarification else draw(st.none() | st.sampled_from(AGENTS))
-    answered = agent is not None and draw(st.booleans())
+    steps = () if clarification else tuple(draw(st.lists(steps_of_a_turn(), max_size=2)))
+    failed = bool(steps) and not steps[-1].answered
     return Turn(
         primary=draw(st.none() | intents),
         secondaries=tuple(draw(st.lists(intents, max_size=4))),
         clarification=clarification,
         reply=draw(texts),
-        agent=agent,
-        answered=answered,
-        output_data=draw(outputs) if answered else None,
-        next_agent=draw(st.none() | st.sampled_from(AGENTS)) if answered else None,
-        fallback=None if answered or agent is None else "change_confirmation_without_analysis",
-        requeue=draw(st.none() | actions) if agent is not None and not answered else None,
+        steps=steps,
+        requeue=draw(st.none() | actions) if failed else None,
         pending=draw(st.none() | st.sampled_from(queue)) if queue else None,
     )
 
@@ -151,6 +160,9 @@ def test_any_sequence_of_turns_leaves_a_session_a_client_patch_accepts(data: st.
     for step in range(data.draw(st.integers(1, 8))):
         turn = data.draw(turns(list(content.session_state.pending_actions)))
         content, reason = apply_turn(content, NOW + timedelta(seconds=step), turn)
+        assert len(content.agent_sequence) == len(
+            set(s.execution_order for s in content.agent_sequence)
+        )
         assert reason.startswith("message: ")
         assert_a_client_patch_is_accepted(content)
 
@@ -181,8 +193,14 @@ def test_an_action_whose_agent_stays_away_fails_after_the_last_attempt() -> None
             secondaries=(),
             clarification=False,
             reply="recorded",
-            agent="Add_Changes_Agent",
-            fallback="change_confirmation_without_analysis",
+            steps=(
+                TurnStep(
+                    agent="Add_Changes_Agent",
+                    answered=False,
+                    reply="recorded",
+                    fallback="change_confirmation_without_analysis",
+                ),
+            ),
             requeue=PendingAction(
                 type="urgent_changes", reason="Add_Changes_Agent was unavailable"
             ),
@@ -218,9 +236,14 @@ def test_long_clauses_and_replies_are_clipped_to_the_models_bounds() -> None:
         secondaries=(secondary(long),),
         clarification=False,
         reply=long,
-        agent="Educate_Customer_Agent",
-        answered=True,
-        output_data={"response": long},
+        steps=(
+            TurnStep(
+                agent="Educate_Customer_Agent",
+                answered=True,
+                reply=long,
+                output_data={"response": long},
+            ),
+        ),
     )
     content, _ = apply_turn(content_with([]), NOW, turn)
     (queued,) = content.session_state.pending_actions
@@ -235,10 +258,15 @@ def test_content_read_back_from_storage_is_the_content_written() -> None:
         secondaries=(secondary("and why?"),),
         clarification=False,
         reply="because",
-        agent="Educate_Customer_Agent",
-        answered=True,
-        output_data={"response": "because", "progress_percentage": 30},
-        next_agent="Make_Plan_Agent",
+        steps=(
+            TurnStep(
+                agent="Educate_Customer_Agent",
+                answered=True,
+                reply="because",
+                output_data={"response": "because", "progress_percentage": 30},
+                next_agent="Make_Plan_Agent",
+            ),
+        ),
     )
     content, _ = apply_turn(content_with([action(1)]), NOW, turn)
     state, sequence, metadata = storage_json(content)

@@ -1,0 +1,88 @@
+"""Which agent takes an intent, and whether it can answer now: pure functions over the
+registry (``RoutingAgent``) and the breaker states, no I/O."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from app.coordination.breaker import BreakerSnapshot
+from app.coordination.intents import DetectedIntent
+from app.coordination.schemas import RoutingAgent
+
+_WORD = re.compile(r"[a-z0-9]+")
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """The agent an intent goes to and why ("intent", "skill" or "default")."""
+
+    agent: RoutingAgent
+    routed_by: str
+
+
+@dataclass(frozen=True, slots=True)
+class RoutingPolicy:
+    """The agents routing treats specially (settings)."""
+
+    default_agent: str
+    classifier_agent: str
+
+
+def route(
+    intent: DetectedIntent, agents: Sequence[RoutingAgent], policy: RoutingPolicy
+) -> Route | None:
+    """The agent for an intent.
+
+    An intent some keyword (or the classifier, or a queued action) named goes to the agent
+    serving it, else to the best skill match for its clause, else to the default agent. An
+    intent nobody claimed (the default intent, with no evidence) is matched by skill first:
+    otherwise the agent serving the default intent would take every such message, and the
+    skills the agents publish would never route anything.
+    """
+    if not intent.matched:
+        by_skill = best_skill_match(intent.clause, agents, policy)
+        if by_skill is not None:
+            return Route(by_skill, "skill")
+    serving = sorted(
+        (a for a in agents if a.enabled and intent.intent in a.intents),
+        key=lambda a: (a.url is None, a.name),
+    )
+    if serving:
+        return Route(serving[0], "intent")
+    by_skill = best_skill_match(intent.clause, agents, policy)
+    if by_skill is not None:
+        return Route(by_skill, "skill")
+    default = next((a for a in agents if a.name == policy.default_agent and a.enabled), None)
+    return Route(default, "default") if default else None
+
+
+def best_skill_match(
+    text: str, agents: Sequence[RoutingAgent], policy: RoutingPolicy
+) -> RoutingAgent | None:
+    """The enabled agent (not the classifier, not the default agent) whose skill tags share
+    the most words with ``text``; the first by registry order on a tie; None without a hit."""
+    words = set(_WORD.findall(text.lower()))
+    best, best_hits = None, 0
+    for agent in agents:
+        if not agent.enabled or agent.name in (policy.classifier_agent, policy.default_agent):
+            continue
+        tags = {str(tag).lower() for skill in agent.skills for tag in skill.get("tags", [])}
+        hits = len(tags & words)
+        if hits > best_hits:
+            best, best_hits = agent, hits
+    return best
+
+
+def is_refusing(snapshot: BreakerSnapshot | None, agent: RoutingAgent, now: datetime) -> bool:
+    """True while the agent's breaker refuses calls: forced open, or open and still within
+    its reset timeout (after it, the next call is the probe)."""
+    if snapshot is None:
+        return False
+    if snapshot.state == "forced_open":
+        return True
+    if snapshot.state != "open" or snapshot.opened_at is None:
+        return False
+    return now < snapshot.opened_at + timedelta(milliseconds=agent.reset_timeout_ms)
