@@ -98,6 +98,7 @@ class WebhookService:
             "agent": result.agent,
             "degraded": result.degraded,
             "fallback": result.fallback,
+            "routed_to": result.routed_to,
             "clarification": result.clarification.question if result.clarification else None,
             "pending_actions": result.pending_actions,
             "progress": result.progress_percentage,

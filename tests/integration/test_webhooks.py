@@ -49,6 +49,7 @@ async def test_coordination_starts_then_continues_a_session(client: httpx.AsyncC
     assert body["session_created"] is True
     assert body["agent"] == "Make_Plan_Agent"
     assert body["degraded"] is True
+    assert body["routed_to"] is None  # Make_Plan_Agent's own fallback answered
     assert body["response"]
     assert isinstance(body["pending_actions"], list)
     assert body["progress"] == 0
