@@ -114,6 +114,10 @@ class CoordinationSettings(BaseSettings):
     rules_cache_seconds: float = Field(default=5.0, ge=0)
     # Seconds between re-reads of the shared breaker states (besides LISTEN/NOTIFY).
     breaker_sync_seconds: float = Field(default=5.0, gt=0)
+    # A queued action claimed by POST .../pending/next whose worker died is taken over
+    # after this long (longer than an agent call may take: timeout_ms is at most 5 min,
+    # and a direct routing makes two calls).
+    pending_claim_timeout: timedelta = timedelta(minutes=15)
 
 
 class SchedulerSettings(BaseSettings):

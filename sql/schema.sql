@@ -349,7 +349,9 @@ CREATE TABLE agents (
     fail_max integer NOT NULL DEFAULT 5 CHECK (fail_max BETWEEN 1 AND 1000),
     reset_timeout_ms integer NOT NULL DEFAULT 30000
         CHECK (reset_timeout_ms BETWEEN 10 AND 86400000),
-    updated_at timestamptz NOT NULL DEFAULT now()
+    updated_at timestamptz NOT NULL DEFAULT now(),
+    -- The admin key acts (and owns memories) as "admin": no agent may take the name.
+    CONSTRAINT agents_name_not_admin CHECK (lower(name) <> 'admin')
 );
 
 CREATE INDEX agents_intents_idx ON agents USING gin (intents);
@@ -518,11 +520,20 @@ CREATE INDEX idempotency_keys_expires_idx ON idempotency_keys (expires_at);
 -- Memory access (revision 0009)
 
 -- The access levels a caller may read by role: all of them for the admin, else those that
--- need no role or one the caller holds. Every memory statement uses it (with owner access
--- beside it); a single SELECT in a STABLE SQL function, so the planner inlines it.
+-- need no role or one the caller holds. Every memory statement computes it once
+-- (ARRAY(SELECT memory_readable_levels(...))) and hands it to memory_visible.
 CREATE FUNCTION memory_readable_levels(is_admin boolean, roles text[]) RETURNS SETOF text
     LANGUAGE sql STABLE PARALLEL SAFE
 AS $$
     SELECT level FROM memory_access_levels
     WHERE is_admin OR required_role IS NULL OR required_role = ANY(roles)
+$$;
+
+-- Who sees a memory: its owner (the agent that created it) always, anyone else when its
+-- level is among those they may read. One expression, so the planner inlines it.
+CREATE FUNCTION memory_visible(owner text, level text, caller text, readable text[])
+    RETURNS boolean
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+    SELECT owner = caller OR level = ANY(readable)
 $$;

@@ -7,11 +7,24 @@ from datetime import datetime
 from typing import Annotated, Any
 from uuid import UUID
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
 
+from app.auth.principal import ADMIN_NAME
 from app.common.validation import StoredHttpUrl
 
-AgentName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z][A-Za-z0-9_.-]{0,99}$")]
+
+def _not_the_admin(name: str) -> str:
+    # The admin key writes as "admin": an agent of that name would own the admin's memories.
+    if name.lower() == ADMIN_NAME:
+        raise ValueError(f"{name!r} is reserved for the admin key")
+    return name
+
+
+AgentName = Annotated[
+    str,
+    StringConstraints(pattern=r"^[A-Za-z][A-Za-z0-9_.-]{0,99}$"),
+    AfterValidator(_not_the_admin),
+]
 RoleName = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_]{0,49}$")]
 IntentName = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_]{0,63}$")]
 ShortText = Annotated[str, StringConstraints(max_length=500)]

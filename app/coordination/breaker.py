@@ -153,24 +153,34 @@ class AsyncCircuitBreaker:
             self._cb.call(_succeeded)
         return value
 
-    def _admit(self) -> int:
-        """Refuse, or let the call through and return the epoch it was let through in."""
+    def refusing(self) -> BreakerState | None:
+        """The state in which a call made now would be refused, or None if it would be let
+        through (as the probe, after an open circuit's reset timeout). No side effects: the
+        coordinator ranks intents by it before calling anyone."""
         if self._forced:
-            raise BreakerOpen(self.name, "forced_open")
+            return "forced_open"
         state = self._storage.state
         if state == pybreaker.STATE_OPEN:
             # pybreaker's CircuitOpenState.before_call rule, with an injectable clock.
             opened_at = self._storage.opened_at
             reset = timedelta(seconds=self._cb.reset_timeout)
             if opened_at is not None and self._clock() < opened_at + reset:
-                raise BreakerOpen(self.name, "open")
-            self._cb.half_open()
-            state = pybreaker.STATE_HALF_OPEN
-        if state == pybreaker.STATE_HALF_OPEN:
+                return "open"
+            return None
+        if state == pybreaker.STATE_HALF_OPEN and self._probe_epoch == self._epoch:
             # In a half-open epoch only the probe is let through, so the probe is the only
             # call whose epoch can equal _probe_epoch.
-            if self._probe_epoch == self._epoch:
-                raise BreakerOpen(self.name, "half_open")
+            return "half_open"
+        return None
+
+    def _admit(self) -> int:
+        """Refuse, or let the call through and return the epoch it was let through in."""
+        refused = self.refusing()
+        if refused is not None:
+            raise BreakerOpen(self.name, refused)
+        if self._storage.state == pybreaker.STATE_OPEN:
+            self._cb.half_open()  # past the reset timeout: this call is the probe
+        if self._storage.state == pybreaker.STATE_HALF_OPEN:
             self._probe_epoch = self._epoch
         return self._epoch
 

@@ -87,7 +87,6 @@ class FallbackResult:
     strategy: str
     text: str
     data: dict[str, Any] = field(default_factory=dict)
-    next_agent: str | None = None
     pending_action: PendingAction | None = None
 
 
@@ -133,7 +132,6 @@ async def direct_agent_routing(ctx: FallbackContext, template: dict[str, Any]) -
         ctx.strategy,
         text,
         {"routed_intent": ctx.routed_intent, "routed_agent": ctx.routed_agent},
-        next_agent=ctx.routed_agent,
     )
 
 

@@ -55,6 +55,8 @@ _CLAUSE_BREAK = re.compile(
 _LEADING_JUNK = ",;: \t"
 # The context modifier the coordinator applies to an intent whose agent cannot answer now.
 AGENT_UNAVAILABLE = "agent_unavailable"
+# Modifiers only the server applies: never from a caller's flags or a text cue.
+SERVER_MODIFIERS = frozenset({AGENT_UNAVAILABLE})
 _TRAILING_JUNK = ".,;:!? \t\u2026"
 
 
@@ -152,7 +154,7 @@ def detect_intents(
     """Every intent whose keywords occur in ``message``, once each at its first clause, scored;
     the default intent for the whole message when nothing matches."""
     compiled = rules._compiled
-    flags = {flag for flag in context_flags if flag in rules.modifiers}
+    flags = {f for f in context_flags if f in rules.modifiers and f not in SERVER_MODIFIERS}
     # intent -> (position, clause, phrase ranks, modifiers from cues)
     found: dict[str, tuple[int, str, set[int], set[str]]] = {}
     cues_anywhere: set[str] = set()
@@ -317,7 +319,7 @@ def _compile(rules: IntentRules) -> _CompiledRules:
                 normalized.append(text)
         phrases[intent] = tuple(normalized)
     for modifier, listed in rules.cues.items():
-        if modifier not in rules.modifiers:
+        if modifier not in rules.modifiers or modifier in SERVER_MODIFIERS:
             continue
         for phrase in _phrase_list(listed):
             text = normalize(phrase)

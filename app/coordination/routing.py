@@ -6,9 +6,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
 
-from app.coordination.breaker import BreakerSnapshot
 from app.coordination.intents import DetectedIntent
 from app.coordination.schemas import RoutingAgent
 
@@ -46,17 +44,26 @@ def route(
         by_skill = best_skill_match(intent.clause, agents, policy)
         if by_skill is not None:
             return Route(by_skill, "skill")
-    serving = sorted(
-        (a for a in agents if a.enabled and intent.intent in a.intents),
-        key=lambda a: (a.url is None, a.name),
-    )
-    if serving:
-        return Route(serving[0], "intent")
+    serving = serving_agent(intent.intent, agents)
+    if serving is not None:
+        return Route(serving, "intent")
     by_skill = best_skill_match(intent.clause, agents, policy)
     if by_skill is not None:
         return Route(by_skill, "skill")
     default = next((a for a in agents if a.name == policy.default_agent and a.enabled), None)
     return Route(default, "default") if default else None
+
+
+def serving_agent(intent: str, agents: Sequence[RoutingAgent]) -> RoutingAgent | None:
+    """The enabled agent that lists ``intent``: one with a url first, then by name."""
+    serving = [a for a in agents if a.enabled and intent in a.intents]
+    return min(serving, key=lambda a: (a.url is None, a.name), default=None)
+
+
+def intent_agents(agents: Sequence[RoutingAgent]) -> dict[str, str]:
+    """Every intent some enabled agent lists, and the agent that serves it."""
+    served = {intent for agent in agents if agent.enabled for intent in agent.intents}
+    return {intent: chosen.name for intent in served if (chosen := serving_agent(intent, agents))}
 
 
 def best_skill_match(
@@ -74,15 +81,3 @@ def best_skill_match(
         if hits > best_hits:
             best, best_hits = agent, hits
     return best
-
-
-def is_refusing(snapshot: BreakerSnapshot | None, agent: RoutingAgent, now: datetime) -> bool:
-    """True while the agent's breaker refuses calls: forced open, or open and still within
-    its reset timeout (after it, the next call is the probe)."""
-    if snapshot is None:
-        return False
-    if snapshot.state == "forced_open":
-        return True
-    if snapshot.state != "open" or snapshot.opened_at is None:
-        return False
-    return now < snapshot.opened_at + timedelta(milliseconds=agent.reset_timeout_ms)

@@ -11,8 +11,20 @@ from uuid import UUID
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
 
 from app.common.validation import MAX_JSON_DEPTH, reject_deep_json
+from app.coordination.intents import SERVER_MODIFIERS
 
-ContextFlag = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_]{0,63}$")]
+
+def _not_server_only(flag: str) -> str:
+    if flag in SERVER_MODIFIERS:
+        raise ValueError(f"{flag} is set by the server (from the agents' breakers), not by callers")
+    return flag
+
+
+ContextFlag = Annotated[
+    str,
+    StringConstraints(pattern=r"^[a-z][a-z0-9_]{0,63}$"),
+    AfterValidator(_not_server_only),
+]
 Phrase = Annotated[str, StringConstraints(min_length=1, max_length=100)]
 MessageText = Annotated[str, StringConstraints(min_length=1, max_length=10_000)]
 Identifier = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_]{0,49}$")]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 from uuid import UUID
@@ -32,7 +32,8 @@ from app.coordination.intents import (
     score_intent,
     with_agent_availability,
 )
-from app.coordination.routing import Route, RoutingPolicy, is_refusing
+from app.coordination.pending import claim_next
+from app.coordination.routing import Route, RoutingPolicy, intent_agents
 from app.coordination.routing import route as route_intent
 from app.coordination.schemas import (
     AgentResponse,
@@ -58,7 +59,7 @@ from app.memories.schemas import Memory, MemoryUpsert, MemoryWrite
 from app.memories.service import MemoryService
 from app.sessions.schemas import PendingAction, Session, SessionContent
 from app.sessions.service import SessionService
-from app.sessions.state import content_of
+from app.sessions.state import content_of, evolve
 from app.settings import CoordinationSettings
 
 _CRITICAL_PRIORITIES = frozenset({"high", "urgent"})
@@ -166,16 +167,29 @@ class CoordinationService:
         return await self._coordinate(session, data.text, set(data.context_flags), principal, None)
 
     async def next_pending(self, session_id: UUID, principal: Principal) -> MessageResult:
-        """Process the highest-priority pending action of the session."""
+        """Process the highest-priority pending action of the session. It is claimed first
+        (a versioned write), so two callers never run the same action; the second gets 409."""
         session = await self._open_session(session_id)
-        pending = [
-            (index, action)
-            for index, action in enumerate(content_of(session).session_state.pending_actions)
-            if action.status == "pending"
-        ]
-        if not pending:
-            raise Conflict(f"Session {session_id} has no pending actions.")
-        _, action = max(pending, key=lambda item: (item[1].priority_score, -item[0]))
+        content_of(session)  # a session that cannot be written is refused before any work
+        claimed: list[PendingAction] = []
+
+        def claim(current: Session, now: datetime) -> tuple[SessionContent, str]:
+            base = content_of(current)
+            stale_before = now - self._settings.pending_claim_timeout
+            found = claim_next(
+                base.session_state.pending_actions, now, stale_before, lambda: str(uuid.uuid4())
+            )
+            if found is None:
+                raise Conflict(f"Session {session_id} has no pending actions waiting.")
+            queue, action = found
+            claimed[:] = [action]
+            state = evolve(base.session_state, pending_actions=queue)
+            return replace(base, session_state=state), f"pending action {action.id} claimed"
+
+        session, _ = await self._sessions.apply_change(
+            session_id, principal.name, claim, read=session
+        )
+        action = claimed[0]
         text = action.description or action.type
         return await self._coordinate(session, text, set(), principal, action)
 
@@ -253,6 +267,7 @@ class CoordinationService:
         pending: PendingAction | None,
     ) -> MessageResult:
         started = time.monotonic()
+        content_of(session)  # a session that cannot be written is refused before any work
         rules, agents = await self._load()
         flags = sorted(caller_flags | session_flags(session))
         if pending is None:
@@ -285,10 +300,10 @@ class CoordinationService:
                 # The orchestrator's fallback passes the request on for real: the specialist
                 # is called through its own breaker, and its answer (or its own fallback)
                 # is what the user gets after the routing note.
-                routed_agent, routed_intent = first.routed
+                handoff = first.routed
                 steps.append(
                     await self._run_agent(
-                        routed_agent, session, text, routed_intent, (), flags, principal, agents
+                        handoff.agent, session, text, handoff.intent, (), flags, principal, agents
                     )
                 )
 
@@ -338,9 +353,18 @@ class CoordinationService:
         }
 
         known = {a.name for a in agents}
+        # What the routing found besides the intent it passed on waits in the queue.
+        secondaries = prio.secondaries + (
+            first_step.routed.others if first_step and first_step.routed else ()
+        )
+        requeue = None
+        if last_step is not None and last_step.fallback and last_step.fallback.pending_action:
+            requeue = evolve(
+                last_step.fallback.pending_action, priority_score=last_step.intent.score
+            )
         turn = Turn(
             primary=primary,
-            secondaries=prio.secondaries,
+            secondaries=secondaries,
             clarification=prio.clarification is not None,
             reply=reply,
             steps=tuple(
@@ -350,7 +374,7 @@ class CoordinationService:
                 )
                 for index, step in enumerate(steps)
             ),
-            requeue=last_step.fallback.pending_action if last_step and last_step.fallback else None,
+            requeue=requeue,
             pending=pending,
         )
 
@@ -406,31 +430,45 @@ class CoordinationService:
         state = breaker.snapshot().state
         if call.ok and call.response is not None:
             memories = await self._apply_memory_updates(agent, session, call.response)
-            return _AgentStep(agent, call, None, memories, state)
+            return _AgentStep(agent, intent, call, None, memories, state)
         routed = None
         if agent.fallback_strategy == "direct_agent_routing":
-            routed = self._direct_route_target(agent, text, agents)
+            routed = self._direct_route_target(agent, intent, secondaries, text, flags, agents)
         fallback = await self._fallback(agent, session, text, intent, principal, routed)
-        return _AgentStep(agent, call, fallback, MemoryUpdateOutcome(), state, routed)
+        return _AgentStep(agent, intent, call, fallback, MemoryUpdateOutcome(), state, routed)
 
     def _direct_route_target(
-        self, failed: RoutingAgent, text: str, agents: list[RoutingAgent]
-    ) -> tuple[RoutingAgent, DetectedIntent] | None:
+        self,
+        failed: RoutingAgent,
+        intent: DetectedIntent,
+        secondaries: tuple[DetectedIntent, ...],
+        text: str,
+        flags: list[str],
+        agents: list[RoutingAgent],
+    ) -> _Handoff | None:
         """Where ``direct_agent_routing`` passes a request the failed agent (the
-        orchestrator) could not route: the first intent the keyword rules find whose route
-        is another agent, one that does not route onward itself (no chains). None: nobody
-        to pass it to."""
+        orchestrator) could not route: the highest-priority intent the keyword rules find
+        whose route is another agent, one that does not route onward itself (no chains).
+        The other intents they find, not already queued, are queued. None: nobody to pass
+        it to."""
         rules = self._rules
         if rules is None:  # _load ran before any agent call of this message
             return None
-        for candidate in detect_intents(text, rules, []):
-            found = self._route(candidate, agents)
+        found = self._prioritize(detect_intents(text, rules, flags), rules, agents).intents
+        taken = {intent.intent, *(queued.intent for queued in secondaries)}
+        for index, candidate in enumerate(found):
+            target = self._route(candidate, agents)
             if (
-                found is not None
-                and found.agent.name != failed.name
-                and found.agent.fallback_strategy != "direct_agent_routing"
+                target is not None
+                and target.agent.name != failed.name
+                and target.agent.fallback_strategy != "direct_agent_routing"
             ):
-                return found.agent, candidate
+                others = tuple(
+                    other
+                    for other in found[index + 1 :]
+                    if other.intent not in taken and other.matched
+                )
+                return _Handoff(target.agent, candidate, others)
         return None
 
     async def _classify(
@@ -479,13 +517,10 @@ class CoordinationService:
         """The seed's ranking, availability included: an intent whose agent's breaker is
         refusing calls gets the agent_unavailable modifier, so another agent's intent can
         go first while it waits in the queue (the decision shows the modifier)."""
-        now = self._clock.now()
         down = set()
         for found in intents:
             target = self._route(found, agents)
-            if target is not None and is_refusing(
-                self._breakers.peek(target.agent.name), target.agent, now
-            ):
+            if target is not None and self._breakers.breaker_for(target.agent).refusing():
                 down.add(found.intent)
         ranked = with_agent_availability(intents, rules, down)
         return prioritize(ranked, rules, self._settings.clarification_margin)
@@ -528,7 +563,7 @@ class CoordinationService:
         text: str,
         primary: DetectedIntent,
         principal: Principal,
-        routed: tuple[RoutingAgent, DetectedIntent] | None,
+        routed: _Handoff | None,
     ) -> FallbackResult:
         """The failed agent's rule-based answer. What it reads of the user's memories, it
         reads as ``principal`` (whoever sent the message and sees the answer)."""
@@ -553,8 +588,8 @@ class CoordinationService:
             user_id=session.user_id,
             now=self._clock.now(),
             read_profile=read_profile,
-            routed_agent=routed[0].name if routed else None,
-            routed_intent=routed[1].intent if routed else None,
+            routed_agent=routed.agent.name if routed else None,
+            routed_intent=routed.intent.intent if routed else None,
             lessons=self._fallback_data.lessons,
         )
         return await run_fallback(ctx, self._fallback_data.templates)
@@ -639,18 +674,14 @@ class CoordinationService:
                 self._rules_loaded_at = time.monotonic()
             else:
                 data = self._rules_data
-        intent_agents: dict[str, str] = {}
-        for agent in sorted(agents, key=lambda a: (a.url is None, a.name)):
-            if agent.enabled:
-                for intent in agent.intents:
-                    intent_agents.setdefault(intent, agent.name)
-        if self._rules is None or not fresh or self._rules.intent_agents != intent_agents:
+        serving = intent_agents(agents)
+        if self._rules is None or not fresh or self._rules.intent_agents != serving:
             self._rules = IntentRules(
                 base_weights=data["weights"],
                 keywords=data["keywords"],
                 modifiers=data["modifiers"],
                 cues=data["cues"],
-                intent_agents=intent_agents,
+                intent_agents=serving,
             )
         return self._rules, agents
 
@@ -665,16 +696,27 @@ class CoordinationService:
 
 
 @dataclass(frozen=True, slots=True)
+class _Handoff:
+    """Where a direct_agent_routing fallback passes a message: the agent, the intent it
+    takes, and the other intents found on the way (queued)."""
+
+    agent: RoutingAgent
+    intent: DetectedIntent
+    others: tuple[DetectedIntent, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class _AgentStep:
     """One agent call of a turn and what came of it."""
 
     agent: RoutingAgent
+    intent: DetectedIntent
     call: CallResult
     fallback: FallbackResult | None
     memories: MemoryUpdateOutcome
     breaker_state: str
-    # Where a direct_agent_routing fallback passes the request (agent and intent).
-    routed: tuple[RoutingAgent, DetectedIntent] | None = None
+    # Where a direct_agent_routing fallback passes the request.
+    routed: _Handoff | None = None
 
     @property
     def response(self) -> AgentResponse | None:
@@ -709,6 +751,7 @@ def _routed_json(step: _AgentStep) -> dict[str, Any]:
     """The decision's record of where direct_agent_routing passed a message."""
     return {
         "agent": step.agent.name,
+        "intent": step.intent.intent,
         "outcome": "agent" if step.response is not None else "fallback",
         "fallback": step.fallback.strategy if step.fallback else None,
         "attempts": step.call.attempts,

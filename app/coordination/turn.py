@@ -11,10 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
+from uuid import uuid4
 
 from app.coordination.intents import DetectedIntent
+from app.coordination.pending import NewId, enqueue, settle_claim
 from app.sessions.schemas import (
-    MAX_PENDING_ACTIONS,
     SHORT_TEXT_MAX,
     AgentExecution,
     PendingAction,
@@ -22,12 +23,8 @@ from app.sessions.schemas import (
 )
 from app.sessions.state import clip, close_current_execution, evolve, next_execution_order
 
-# A queued action whose agent keeps failing is tried this many times, then marked failed.
-MAX_PENDING_ATTEMPTS = 3
 # How much of the reply an agent-sequence step keeps as its summary.
 OUTPUT_SUMMARY_CHARS = 500
-# Statuses of actions nobody will work on again: trimmed first when the queue is full.
-_FINISHED = frozenset({"done", "cancelled", "failed"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,16 +52,20 @@ class Turn:
     # The agents that took the turn, in order: none (nobody, or a clarification), one, or
     # the orchestrator whose fallback passed the request on and the agent it passed it to.
     steps: tuple[TurnStep, ...] = ()
-    # Work a fallback could not do and queued for when its agent is back.
+    # Work a fallback could not do, for when its agent is back: queued as new work, or,
+    # when the turn processed a queued action, the reason that action waits again.
     requeue: PendingAction | None = None
-    # The queued action this turn processed (POST .../pending/next), as it was read.
+    # The queued action this turn processed (POST .../pending/next), as it was claimed.
     pending: PendingAction | None = None
 
 
-def apply_turn(base: SessionContent, now: datetime, turn: Turn) -> tuple[SessionContent, str]:
-    """The session content after ``turn``, and the reason recorded with its version."""
+def apply_turn(
+    base: SessionContent, now: datetime, turn: Turn, new_id: NewId = lambda: str(uuid4())
+) -> tuple[SessionContent, str]:
+    """The session content after ``turn``, and the reason recorded with its version;
+    ``new_id`` names the actions the turn queues."""
     state = base.session_state
-    actions = _queue(list(state.pending_actions), now, turn)
+    actions = _queue(list(state.pending_actions), now, turn, new_id)
     context = state.conversation_context
     context_changes: dict[str, Any] = {"turn_count": context.turn_count + 1}
     if turn.primary is not None:
@@ -109,29 +110,13 @@ def apply_turn(base: SessionContent, now: datetime, turn: Turn) -> tuple[Session
     return content, _reason(turn)
 
 
-def _queue(actions: list[PendingAction], now: datetime, turn: Turn) -> list[PendingAction]:
-    """The pending-action queue after the turn: the processed action removed (or counted
-    and kept, if its agent is still away), the secondary intents and the fallback's
-    deferred work added once each, and the whole kept within MAX_PENDING_ACTIONS."""
-    requeue = turn.requeue
+def _queue(
+    actions: list[PendingAction], now: datetime, turn: Turn, new_id: NewId
+) -> list[PendingAction]:
+    """The pending-action queue after the turn: the claimed action settled, the secondary
+    intents and the fallback's deferred work added once each, within the queue's bound."""
     if turn.pending is not None:
-        done = turn.pending
-        if done in actions:
-            actions.remove(done)
-        if requeue is not None:
-            # The agent that must handle it is still away: keep the same action, count
-            # the attempt, and give up after MAX_PENDING_ATTEMPTS.
-            attempts = done.attempts + 1
-            gave_up = attempts >= MAX_PENDING_ATTEMPTS
-            changes: dict[str, Any] = {
-                "attempts": attempts,
-                "status": "failed" if gave_up else "pending",
-            }
-            if gave_up:
-                why = requeue.reason or "its agent was unavailable"
-                changes["reason"] = clip(f"gave up after {attempts} attempts: {why}", 500)
-            actions.append(evolve(done, **changes))
-            requeue = None
+        actions = settle_claim(actions, turn.pending, turn.requeue)
     new: list[PendingAction] = [
         PendingAction(
             type=intent.intent,
@@ -142,24 +127,9 @@ def _queue(actions: list[PendingAction], now: datetime, turn: Turn) -> list[Pend
         )
         for intent in turn.secondaries
     ]
-    if requeue is not None:
-        new.append(evolve(requeue, priority_score=turn.primary.score if turn.primary else 0))
-    known = {(a.type, a.description) for a in actions}
-    for action in new:
-        if (action.type, action.description) not in known:
-            actions.append(action)
-            known.add((action.type, action.description))
-    return _bounded(actions)
-
-
-def _bounded(actions: list[PendingAction]) -> list[PendingAction]:
-    """At most MAX_PENDING_ACTIONS: drop the oldest finished actions first, then the newest
-    additions (this turn's come last)."""
-    excess = len(actions) - MAX_PENDING_ACTIONS
-    if excess <= 0:
-        return actions
-    finished = set([i for i, a in enumerate(actions) if a.status in _FINISHED][:excess])
-    return [a for i, a in enumerate(actions) if i not in finished][:MAX_PENDING_ACTIONS]
+    if turn.requeue is not None and turn.pending is None:
+        new.append(turn.requeue)
+    return enqueue(actions, new, new_id)
 
 
 def _reported_progress(output: Any, current: int) -> int:

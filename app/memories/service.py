@@ -72,7 +72,9 @@ def _taken_key(plan: _PlannedWrite, field: str) -> Conflict:
     """The 409 for a write whose key a live memory already holds."""
     return Conflict(
         f"The key {plan.item.key!r} is already in use for this user in category "
-        f"{plan.category!r}; PUT /v1/memories/by-key replaces a memory you can read.",
+        f"{plan.category!r}. PUT /v1/memories/by-key replaces it if it is a memory you can "
+        "read; otherwise choose another key (every agent writing this category shares its "
+        "keys: prefixing yours with your agent name avoids collisions).",
         errors=[{"field": field, "message": "key already in use"}],
     )
 

@@ -49,13 +49,16 @@ class ConversationContext(BaseModel):
 class PendingAction(BaseModel):
     """Something the session still has to do (e.g. a secondary intent queued for later).
 
-    Clients and the coordinator write the same shape. The coordinator also sets
+    Clients and the coordinator write the same shape. The coordinator also sets ``id``
+    (names the action while it is worked on; given to every action it queues or claims),
     ``attempts`` (how often it tried the action), ``reason`` (why it was queued, or why it
-    gave up) and the status ``failed`` (it stopped trying); clients may set them too.
+    gave up), ``claimed_at`` with the status ``in_progress`` (an agent is working on it)
+    and the status ``failed`` (it stopped trying); clients may set them too.
     """
 
     model_config = ConfigDict(extra="allow", frozen=True)
 
+    id: Annotated[str, StringConstraints(min_length=1, max_length=100)] | None = None
     type: Annotated[str, StringConstraints(min_length=1, max_length=100)]
     description: ShortText | None = None
     priority_score: int = Field(default=0, ge=0, le=100)
@@ -63,6 +66,7 @@ class PendingAction(BaseModel):
     created_at: datetime | None = None
     attempts: int = Field(default=0, ge=0)
     reason: ShortText | None = None
+    claimed_at: datetime | None = None
 
 
 class UserPreferences(BaseModel):

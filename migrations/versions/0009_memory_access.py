@@ -1,7 +1,8 @@
-"""Memory access: one SQL function names the levels a caller may read by role.
+"""Memory access: two SQL functions hold the visibility rule.
 
-Every memory statement used to spell the level check out; it now calls this function
-(inlined by the planner) beside the owner check that lets a writer read its own memories.
+memory_readable_levels names the levels a caller may read by role; memory_visible adds
+owner access (the agent that created a memory always sees it). Every memory statement used
+to spell the level check out; it now calls these.
 
 Revision ID: 0009
 Revises: 0007
@@ -24,9 +25,19 @@ AS $$
     SELECT level FROM memory_access_levels
     WHERE is_admin OR required_role IS NULL OR required_role = ANY(roles)
 $$;
+
+-- Who sees a memory: its owner (the agent that created it) always, anyone else when its
+-- level is among those they may read. One expression, so the planner inlines it.
+CREATE FUNCTION memory_visible(owner text, level text, caller text, readable text[])
+    RETURNS boolean
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+    SELECT owner = caller OR level = ANY(readable)
+$$;
 """
 
 DOWNGRADE = r"""
+DROP FUNCTION memory_visible(text, text, text, text[]);
 DROP FUNCTION memory_readable_levels(boolean, text[]);
 """
 

@@ -3,9 +3,10 @@
 -- Access is enforced here, in every statement that reads, changes or deletes a memory: a
 -- row is visible to the agent that wrote it (its owner) and to callers who may read its
 -- access level, which is
---     (m.agent_name = <caller> OR m.access_level IN (SELECT level FROM
---                                  memory_readable_levels(<is_admin>, <roles>) AS level))
--- (memory_readable_levels is a SQL function in schema.sql that the planner inlines).
+--     memory_visible(m.agent_name, m.access_level, <caller>,
+--                    ARRAY(SELECT memory_readable_levels(<is_admin>, <roles>)))
+-- (both SQL functions in schema.sql: the planner inlines memory_visible into a plain
+-- condition, and the ARRAY is computed once per statement).
 -- Writing needs no level: any agent may write at any level, so results can flow up to a
 -- coordinator that reads what the writer may not (an agent output, say).
 -- Expired memories (expires_at <= now) are invisible even before the retention job runs.
@@ -92,8 +93,8 @@ SELECT * FROM stored
 SELECT m.* FROM memories m
 WHERE m.user_id = $1 AND m.category = $2 AND m.key = $3
   AND (m.expires_at IS NULL OR m.expires_at > $4)
-  AND (m.agent_name = $7
-       OR m.access_level IN (SELECT level FROM memory_readable_levels($5, $6) AS level))
+  AND memory_visible(m.agent_name, m.access_level, $7,
+                     ARRAY(SELECT memory_readable_levels($5, $6)))
 FOR UPDATE OF m
 
 -- name: retire_expired_memory_by_key
@@ -135,8 +136,8 @@ FROM memory_categories c
 WHERE m.memory_id = $1
   AND c.name = m.category
   AND m.version = $9
-  AND (m.agent_name = $7
-       OR m.access_level IN (SELECT level FROM memory_readable_levels($10, $11) AS level))
+  AND memory_visible(m.agent_name, m.access_level, $7,
+                     ARRAY(SELECT memory_readable_levels($10, $11)))
 RETURNING m.*
 
 -- name: get_memory
@@ -144,16 +145,16 @@ RETURNING m.*
 SELECT m.* FROM memories m
 WHERE m.memory_id = $1
   AND (m.expires_at IS NULL OR m.expires_at > $2)
-  AND (m.agent_name = $5
-       OR m.access_level IN (SELECT level FROM memory_readable_levels($3, $4) AS level))
+  AND memory_visible(m.agent_name, m.access_level, $5,
+                     ARRAY(SELECT memory_readable_levels($3, $4)))
 
 -- name: delete_memory
 -- $2 now, $3 is_admin, $4 roles, $5 caller.
 DELETE FROM memories m
 WHERE m.memory_id = $1
   AND (m.expires_at IS NULL OR m.expires_at > $2)
-  AND (m.agent_name = $5
-       OR m.access_level IN (SELECT level FROM memory_readable_levels($3, $4) AS level))
+  AND memory_visible(m.agent_name, m.access_level, $5,
+                     ARRAY(SELECT memory_readable_levels($3, $4)))
 RETURNING m.memory_id
 
 -- name: list_memories_by_session
@@ -167,8 +168,8 @@ WITH page AS (
     WHERE m.session_id = $1
       AND (m.created_at, m.memory_id) < ($2, $3)
       AND (m.expires_at IS NULL OR m.expires_at > $4)
-      AND (m.agent_name = $14
-           OR m.access_level IN (SELECT level FROM memory_readable_levels($5, $6) AS level))
+      AND memory_visible(m.agent_name, m.access_level, $14,
+                     ARRAY(SELECT memory_readable_levels($5, $6)))
       AND ($7::uuid IS NULL OR m.user_id = $7)
       AND ($8::text IS NULL OR m.agent_name = $8)
       AND ($9::text IS NULL OR m.memory_type = $9)
@@ -193,8 +194,8 @@ WITH page AS (
     WHERE m.user_id = $1
       AND (m.created_at, m.memory_id) < ($2, $3)
       AND (m.expires_at IS NULL OR m.expires_at > $4)
-      AND (m.agent_name = $14
-           OR m.access_level IN (SELECT level FROM memory_readable_levels($5, $6) AS level))
+      AND memory_visible(m.agent_name, m.access_level, $14,
+                     ARRAY(SELECT memory_readable_levels($5, $6)))
       AND ($7::uuid IS NULL OR m.session_id = $7)
       AND ($8::text IS NULL OR m.agent_name = $8)
       AND ($9::text IS NULL OR m.memory_type = $9)
@@ -219,8 +220,8 @@ WITH page AS (
     WHERE m.agent_name = $1
       AND (m.created_at, m.memory_id) < ($2, $3)
       AND (m.expires_at IS NULL OR m.expires_at > $4)
-      AND (m.agent_name = $14
-           OR m.access_level IN (SELECT level FROM memory_readable_levels($5, $6) AS level))
+      AND memory_visible(m.agent_name, m.access_level, $14,
+                     ARRAY(SELECT memory_readable_levels($5, $6)))
       AND ($7::uuid IS NULL OR m.session_id = $7)
       AND ($8::uuid IS NULL OR m.user_id = $8)
       AND ($9::text IS NULL OR m.memory_type = $9)
@@ -246,8 +247,8 @@ WITH page AS (
     WHERE m.content @> $1
       AND (m.created_at, m.memory_id) < ($2, $3)
       AND (m.expires_at IS NULL OR m.expires_at > $4)
-      AND (m.agent_name = $11
-           OR m.access_level IN (SELECT level FROM memory_readable_levels($5, $6) AS level))
+      AND memory_visible(m.agent_name, m.access_level, $11,
+                     ARRAY(SELECT memory_readable_levels($5, $6)))
       AND ($7::text IS NULL OR m.memory_type = $7)
       AND ($8::text IS NULL OR m.category = $8)
       AND ($9::timestamptz IS NULL OR m.created_at >= $9)
@@ -270,8 +271,8 @@ SELECT m.* FROM memories m
 WHERE m.user_id = $1
   AND (m.session_id = $2 OR m.session_id IS NULL)
   AND (m.expires_at IS NULL OR m.expires_at > $3)
-  AND (m.agent_name = $7
-       OR m.access_level IN (SELECT level FROM memory_readable_levels($4, $5) AS level))
+  AND memory_visible(m.agent_name, m.access_level, $7,
+                     ARRAY(SELECT memory_readable_levels($4, $5)))
 ORDER BY m.created_at DESC, m.memory_id DESC
 LIMIT $6
 
@@ -309,5 +310,5 @@ WHERE memory_id = $1 AND (expires_at IS NULL OR expires_at > $2)
 SELECT m.* FROM memories m
 WHERE m.user_id = $1 AND m.category = $2 AND m.key = $3
   AND (m.expires_at IS NULL OR m.expires_at > $4)
-  AND (m.agent_name = $7
-       OR m.access_level IN (SELECT level FROM memory_readable_levels($5, $6) AS level))
+  AND memory_visible(m.agent_name, m.access_level, $7,
+                     ARRAY(SELECT memory_readable_levels($5, $6)))

@@ -171,3 +171,10 @@ async def test_disable_keeps_the_agent_listed(client: httpx.AsyncClient) -> None
     assert (await client.delete("/v1/agents/Add_Changes_Agent")).status_code == 204
     agent = (await client.get("/v1/agents/Add_Changes_Agent")).json()
     assert agent["disabled_at"] is not None
+
+
+async def test_the_admin_name_is_reserved(client: httpx.AsyncClient) -> None:
+    """The admin key owns its memories as "admin": an agent of that name would read them."""
+    for name in ("admin", "Admin", "ADMIN"):
+        problem = assert_problem(await client.post("/v1/agents", json={"name": name}), 422)
+        assert problem["errors"][0]["field"] == "name"

@@ -827,3 +827,48 @@ async def test_a_message_no_keyword_claims_is_routed_by_the_agents_skills(
     assert (greeting["agent"], greeting["routed_by"]) == ("Orchestrator_Agent", "intent")
     unknown = (await client.post("/v1/intents/analyze", json={"message": "qwerty"})).json()
     assert (unknown["agent"], unknown["routed_by"]) == ("Orchestrator_Agent", "intent")
+
+
+async def test_direct_routing_takes_the_highest_priority_intent_and_queues_the_rest(
+    client: httpx.AsyncClient, agent: AgentServer
+) -> None:
+    classifier = await AgentServer().start()
+    try:
+        classifier.reply = {"success": True, "output_data": {"intents": ["general_inquiry"]}}
+        await configure(client, "Intent_Session_Agent", url=classifier.url)
+        session = await create_session(client)
+        result = await send(
+            client,
+            session["session_id"],
+            "Explain what a budget is. I lost my job, this is an emergency",
+        )
+    finally:
+        await classifier.stop()
+    assert result["routed_to"] == "Consult_Customer_Agent"  # the emergency, not the lesson
+    queued = {(a["type"], a["status"]) for a in result["pending_actions"]}
+    assert ("ask_question", "pending") in queued
+
+
+async def test_only_the_server_says_an_agent_is_unavailable(client: httpx.AsyncClient) -> None:
+    session = await create_session(client)
+    for path, body in (
+        (
+            f"/v1/sessions/{session['session_id']}/messages",
+            {"text": "I lost my job", "context_flags": ["agent_unavailable"]},
+        ),
+        (
+            "/v1/intents/analyze",
+            {"message": "I lost my job", "context_flags": ["agent_unavailable"]},
+        ),
+    ):
+        problem = assert_problem(await client.post(path, json=body), 422)
+        assert problem["errors"][0]["field"] == "context_flags.0"
+    # Nor can a text cue stand in for it.
+    cue = await client.put(
+        "/v1/intent-modifiers/agent_unavailable", json={"points": -25, "cues": ["down"]}
+    )
+    assert cue.status_code == 200, cue.text
+    analysis = (
+        await client.post("/v1/intents/analyze", json={"message": "the site is down, explain why"})
+    ).json()
+    assert all("agent_unavailable" not in i["modifiers"] for i in analysis["intents"])

@@ -4,17 +4,20 @@ session is still accepted afterwards."""
 
 from __future__ import annotations
 
+import asyncio
 import random
 from collections.abc import AsyncIterator
 from typing import Any
+from uuid import UUID
 
+import asyncpg
 import httpx
 import pytest
 
-from app.coordination.turn import MAX_PENDING_ATTEMPTS
+from app.coordination.pending import MAX_PENDING_ATTEMPTS
 from app.settings import CoordinationSettings, DatabaseSettings, Settings
 from tests.agent_server import AgentServer
-from tests.integration.helpers import create_session
+from tests.integration.helpers import assert_problem, create_session
 
 SPECIALISTS = ["Make_Plan_Agent", "Add_Changes_Agent", "Educate_Customer_Agent"]
 PHRASES = [
@@ -132,3 +135,93 @@ async def test_random_coordinator_work_never_locks_a_session(
         await assert_patchable(client, sid, rng.randint(0, 100))
     versions = (await client.get(f"/v1/sessions/{sid}/versions", params={"limit": 1})).json()
     assert versions["items"][0]["change_reason"] == "patched"
+
+
+async def test_two_callers_never_run_the_same_queued_action(
+    client: httpx.AsyncClient, agent: AgentServer
+) -> None:
+    session = await create_session(client)
+    sid = session["session_id"]
+    agent.behaviour = "fail"  # Add_Changes_Agent is away: the change is queued
+    queued = await client.post(f"/v1/sessions/{sid}/messages", json={"text": PHRASES[0]})
+    assert [a["status"] for a in queued.json()["pending_actions"]] == ["pending"]
+    agent.behaviour = "ok"
+    agent.reply = {"success": True, "output_data": {"response": "Changed"}}
+    called, release = asyncio.Event(), asyncio.Event()
+
+    async def slow() -> None:
+        called.set()
+        await release.wait()
+
+    agent.before_reply = slow
+    calls = len(agent.requests)
+    first = asyncio.create_task(client.post(f"/v1/sessions/{sid}/pending/next"))
+    await called.wait()  # the first caller's agent call is in flight
+    second = await client.post(f"/v1/sessions/{sid}/pending/next")
+    assert second.status_code == 409, second.text
+    release.set()
+    assert (await first).status_code == 200
+    assert len(agent.requests) == calls + 1
+    assert (await client.get(f"/v1/sessions/{sid}")).json()["session_state"][
+        "pending_actions"
+    ] == []
+
+
+async def test_a_client_cancelling_a_queued_action_while_it_runs_keeps_the_cancel(
+    client: httpx.AsyncClient, agent: AgentServer
+) -> None:
+    session = await create_session(client)
+    sid = session["session_id"]
+    agent.behaviour = "fail"
+    await client.post(f"/v1/sessions/{sid}/messages", json={"text": PHRASES[0]})
+
+    async def cancel() -> None:
+        current = (await client.get(f"/v1/sessions/{sid}")).json()
+        actions = current["session_state"]["pending_actions"]
+        assert actions[0]["status"] == "in_progress"
+        actions[0]["status"] = "cancelled"
+        patched = await client.patch(
+            f"/v1/sessions/{sid}",
+            json={"session_state": {"pending_actions": actions}},
+            headers={"If-Match": "*", "content-type": "application/merge-patch+json"},
+        )
+        assert patched.status_code == 200, patched.text
+
+    agent.before_reply = cancel
+    result = await client.post(f"/v1/sessions/{sid}/pending/next")
+    assert result.status_code == 200, result.text
+    (action,) = result.json()["pending_actions"]
+    assert (action["status"], action["attempts"]) == ("cancelled", 0)
+
+
+async def test_a_session_stored_before_a_rule_tightened_is_refused_before_any_agent_call(
+    client: httpx.AsyncClient, agent: AgentServer, database_url: str
+) -> None:
+    """Content an older version stored (a 5,000-character description) is a 422 naming the
+    field when a message would write it, and no agent is called for nothing."""
+    session = await create_session(client)
+    sid = session["session_id"]
+    conn = await asyncpg.connect(database_url)
+    try:
+        await conn.execute(
+            "UPDATE session_coordination SET session_state = jsonb_set(session_state, "
+            "'{pending_actions}', jsonb_build_array(jsonb_build_object('type', 'x', "
+            "'description', repeat('d', 5000)))) WHERE session_id = $1",
+            UUID(sid),
+        )
+    finally:
+        await conn.close()
+    calls = len(agent.requests)
+    refused = await client.post(f"/v1/sessions/{sid}/messages", json={"text": PHRASES[1]})
+    problem = assert_problem(refused, 422)
+    assert problem["errors"][0]["field"] == "pending_actions.0.description"
+    assert len(agent.requests) == calls
+    # The client repairs it with a PATCH, and the session works again.
+    repaired = await client.patch(
+        f"/v1/sessions/{sid}",
+        json={"session_state": {"pending_actions": []}},
+        headers={"If-Match": "*", "content-type": "application/merge-patch+json"},
+    )
+    assert repaired.status_code == 200, repaired.text
+    again = await client.post(f"/v1/sessions/{sid}/messages", json={"text": PHRASES[1]})
+    assert again.status_code == 200, again.text

@@ -174,6 +174,7 @@ async def test_upgrade_head_builds_exactly_schema_sql(server_url: str) -> None:
     assert "alembic_version" not in table_names(from_migrations)
     assert [row[0] for row in from_migrations["functions"]] == [
         "memory_readable_levels",
+        "memory_visible",
         "uuid_generate_v7",
     ]
     assert_same_schema(from_migrations, from_schema_sql, "migrations", "schema.sql")

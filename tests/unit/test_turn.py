@@ -4,8 +4,10 @@ client PATCH accepts, and the queue keeps its bounds."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
+from itertools import count
 from pathlib import Path
 from typing import Any
 from uuid import UUID
@@ -14,8 +16,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from app.coordination.intents import DetectedIntent
+from app.coordination.pending import MAX_PENDING_ATTEMPTS, claim_next
 from app.coordination.schemas import AgentResponse
-from app.coordination.turn import MAX_PENDING_ATTEMPTS, Turn, TurnStep, apply_turn
+from app.coordination.turn import Turn, TurnStep, apply_turn
 from app.sessions.schemas import (
     MAX_PENDING_ACTIONS,
     CoordinationMetadata,
@@ -26,7 +29,14 @@ from app.sessions.schemas import (
     SessionEditable,
     SessionState,
 )
-from app.sessions.state import content_of, merge_patch, sequence_of, show_mirrors, storage_json
+from app.sessions.state import (
+    content_of,
+    evolve,
+    merge_patch,
+    sequence_of,
+    show_mirrors,
+    storage_json,
+)
 
 NOW = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
 AGENTS = ["Make_Plan_Agent", "Add_Changes_Agent", "Educate_Customer_Agent"]
@@ -102,8 +112,8 @@ def steps_of_a_turn(draw: st.DrawFn) -> TurnStep:
 
 
 @st.composite
-def turns(draw: st.DrawFn, queue: list[PendingAction]) -> Turn:
-    clarification = draw(st.booleans())
+def turns(draw: st.DrawFn, pending: PendingAction | None = None) -> Turn:
+    clarification = pending is None and draw(st.booleans())
     steps = () if clarification else tuple(draw(st.lists(steps_of_a_turn(), max_size=2)))
     failed = bool(steps) and not steps[-1].answered
     return Turn(
@@ -113,8 +123,36 @@ def turns(draw: st.DrawFn, queue: list[PendingAction]) -> Turn:
         reply=draw(texts),
         steps=steps,
         requeue=draw(st.none() | actions) if failed else None,
-        pending=draw(st.none() | st.sampled_from(queue)) if queue else None,
+        pending=pending,
     )
+
+
+def ids() -> Callable[[], str]:
+    numbers = count(1)
+    return lambda: f"a{next(numbers)}"
+
+
+def claimed_turn(
+    data: st.DataObject, content: SessionContent, now: datetime, new_id: Callable[[], str]
+) -> tuple[SessionContent, Turn] | None:
+    """POST .../pending/next: claim the next action (a write of its own), then maybe a
+    client edits the queue while the agent works, then the turn settles the claim."""
+    found = claim_next(content.session_state.pending_actions, now, now, new_id)
+    if found is None:
+        return None
+    queue, claimed = found
+    meddling = data.draw(st.sampled_from(["none", "none", "cancel", "remove", "reclaim"]))
+    index = queue.index(claimed)
+    if meddling == "cancel":
+        queue[index] = evolve(claimed, status="cancelled")
+    elif meddling == "remove":
+        del queue[index]
+    elif meddling == "reclaim":  # a later caller took the claim over
+        queue[index] = evolve(claimed, claimed_at=now + timedelta(minutes=30))
+    claimed_content = replace(
+        content, session_state=evolve(content.session_state, pending_actions=queue)
+    )
+    return claimed_content, data.draw(turns(pending=claimed))
 
 
 def fresh_content() -> SessionContent:
@@ -157,14 +195,28 @@ def assert_a_client_patch_is_accepted(content: SessionContent) -> None:
 @given(st.data())
 def test_any_sequence_of_turns_leaves_a_session_a_client_patch_accepts(data: st.DataObject) -> None:
     content = fresh_content()
+    new_id = ids()
     for step in range(data.draw(st.integers(1, 8))):
-        turn = data.draw(turns(list(content.session_state.pending_actions)))
-        content, reason = apply_turn(content, NOW + timedelta(seconds=step), turn)
-        assert len(content.agent_sequence) == len(
-            set(s.execution_order for s in content.agent_sequence)
-        )
+        now = NOW + timedelta(seconds=step)
+        claimed = claimed_turn(data, content, now, new_id) if data.draw(st.booleans()) else None
+        if claimed is None:
+            turn = data.draw(turns())
+        else:
+            content, turn = claimed
+            assert_a_client_patch_is_accepted(content)
+        before = content.session_state.pending_actions
+        content, reason = apply_turn(content, now, turn, new_id)
+        after = content.session_state.pending_actions
         assert reason.startswith("message: ")
         assert_a_client_patch_is_accepted(content)
+        orders = [execution.execution_order for execution in content.agent_sequence]
+        assert len(orders) == len(set(orders))
+        queued = [a.id for a in after]
+        assert None not in queued
+        assert len(queued) == len(set(queued))
+        if turn.pending is not None and not turn.secondaries and turn.requeue is None:
+            # Settling a claim never adds an action, whatever happened to it meanwhile.
+            assert len(after) <= len(before)
 
 
 def action(index: int, status: PendingStatus = "pending") -> PendingAction:
@@ -182,12 +234,18 @@ def secondary(clause: str) -> DetectedIntent:
 UNAVAILABLE = "Add_Changes_Agent was unavailable"
 
 
+def claim(content: SessionContent) -> tuple[SessionContent, PendingAction]:
+    found = claim_next(content.session_state.pending_actions, NOW, NOW, ids())
+    assert found is not None
+    queue, claimed = found
+    return replace(content, session_state=SessionState(pending_actions=queue)), claimed
+
+
 def test_an_action_whose_agent_stays_away_fails_after_the_last_attempt() -> None:
     """The bricking case: the coordinator's "failed" is a status the model declares."""
-    queued = action(0)
-    content = content_with([queued])
+    content = content_with([action(0)])
     for attempt in range(1, MAX_PENDING_ATTEMPTS + 1):
-        current = content.session_state.pending_actions[0]
+        content, current = claim(content)
         turn = Turn(
             primary=None,
             secondaries=(),
@@ -209,6 +267,7 @@ def test_an_action_whose_agent_stays_away_fails_after_the_last_attempt() -> None
         content, _ = apply_turn(content, NOW, turn)
         (kept,) = content.session_state.pending_actions
         assert kept.attempts == attempt
+        assert kept.claimed_at is None
     assert kept.status == "failed"
     assert kept.reason == "gave up after 3 attempts: Add_Changes_Agent was unavailable"
     assert_a_client_patch_is_accepted(content)
@@ -306,3 +365,42 @@ def test_app_code_changes_models_only_through_validation() -> None:
         if "model_copy(" in line or "model_construct(" in line
     ]
     assert offenders == []
+
+
+def test_a_claim_is_settled_by_id_not_by_value() -> None:
+    """A client edited the claimed action while its agent worked: the turn leaves the
+    client's version alone, and a concurrent second claim finds nothing waiting."""
+    content, claimed = claim(content_with([action(0), action(1)]))
+    assert claimed.description == "change 0"
+    assert (
+        claim_next(
+            content.session_state.pending_actions[:1], NOW, NOW - timedelta(minutes=1), ids()
+        )
+        is None
+    )  # only the claimed one: a second caller gets nothing
+    edited = [
+        evolve(a, priority_score=99) if a.id == claimed.id else a
+        for a in content.session_state.pending_actions
+    ]
+    content = replace(content, session_state=SessionState(pending_actions=edited))
+    done = Turn(primary=None, secondaries=(), clarification=False, reply="ok", pending=claimed)
+    after, _ = apply_turn(content, NOW, done)
+    # Still in progress (the edit kept the claim): the claim is ours, so it is settled.
+    assert [a.description for a in after.session_state.pending_actions] == ["change 1"]
+    cancelled = [evolve(a, status="cancelled") if a.id == claimed.id else a for a in edited]
+    content = replace(content, session_state=SessionState(pending_actions=cancelled))
+    after, _ = apply_turn(content, NOW, done)
+    assert [(a.description, a.status) for a in after.session_state.pending_actions] == [
+        ("change 0", "cancelled"),
+        ("change 1", "pending"),
+    ]
+
+
+def test_a_claim_left_by_a_dead_worker_is_taken_over_after_the_timeout() -> None:
+    content, claimed = claim(content_with([action(0)]))
+    queue = content.session_state.pending_actions
+    assert claim_next(queue, NOW, NOW - timedelta(minutes=15), ids()) is None
+    later = NOW + timedelta(minutes=20)
+    found = claim_next(queue, later, later - timedelta(minutes=15), ids())
+    assert found is not None
+    assert (found[1].id, found[1].claimed_at) == (claimed.id, later)

@@ -1,0 +1,93 @@
+"""The pending-action queue of a session (``session_state.pending_actions``): pure rules.
+
+Actions are named by ``id``, never matched by value: a client may edit an action while an
+agent works on it, and two callers may ask for the next action at once. Processing one is
+two writes: a claim (``in_progress`` with ``claimed_at``, a versioned write, so exactly one
+caller wins it) and, after the agent call, the settlement of that claim. A claim whose
+process died is taken over once it is older than the claim timeout.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from typing import Any
+
+from app.sessions.schemas import MAX_PENDING_ACTIONS, PendingAction
+from app.sessions.state import clip, evolve
+
+# A queued action whose agent keeps failing is tried this many times, then marked failed.
+MAX_PENDING_ATTEMPTS = 3
+# Statuses of actions nobody will work on again: trimmed first when the queue is full.
+_FINISHED = frozenset({"done", "cancelled", "failed"})
+
+NewId = Callable[[], str]
+
+
+def claim_next(
+    actions: Sequence[PendingAction], now: datetime, stale_before: datetime, new_id: NewId
+) -> tuple[list[PendingAction], PendingAction] | None:
+    """The queue with its highest-priority waiting action claimed (the earliest on a tie),
+    and that action; None when nothing waits. A claim older than ``stale_before`` is
+    waiting again (its worker is gone)."""
+    waiting = [
+        (index, action)
+        for index, action in enumerate(actions)
+        if action.status == "pending"
+        or (
+            action.status == "in_progress"
+            and action.claimed_at is not None
+            and action.claimed_at < stale_before
+        )
+    ]
+    if not waiting:
+        return None
+    index, action = max(waiting, key=lambda item: (item[1].priority_score, -item[0]))
+    claimed = evolve(action, id=action.id or new_id(), status="in_progress", claimed_at=now)
+    return [*actions[:index], claimed, *actions[index + 1 :]], claimed
+
+
+def settle_claim(
+    actions: list[PendingAction], claimed: PendingAction, requeue: PendingAction | None
+) -> list[PendingAction]:
+    """The queue after the claimed action ran: gone when it was handled; counted and waiting
+    again when its agent is still away (``requeue``), failed after MAX_PENDING_ATTEMPTS.
+    If the claim is no longer ours (a client changed or removed the action meanwhile, or
+    a later claim took it over), the queue stays as it is now."""
+    index = next((i for i, a in enumerate(actions) if a.id == claimed.id), None)
+    if index is None:
+        return actions
+    current = actions[index]
+    if current.status != "in_progress" or current.claimed_at != claimed.claimed_at:
+        return actions
+    if requeue is None:
+        return [*actions[:index], *actions[index + 1 :]]
+    attempts = current.attempts + 1
+    gave_up = attempts >= MAX_PENDING_ATTEMPTS
+    changes: dict[str, Any] = {
+        "attempts": attempts,
+        "status": "failed" if gave_up else "pending",
+        "claimed_at": None,
+    }
+    if gave_up:
+        why = requeue.reason or "its agent was unavailable"
+        changes["reason"] = clip(f"gave up after {attempts} attempts: {why}", 500)
+    return [*actions[:index], evolve(current, **changes), *actions[index + 1 :]]
+
+
+def enqueue(
+    actions: list[PendingAction], new: Sequence[PendingAction], new_id: NewId
+) -> list[PendingAction]:
+    """``actions`` with each new action added once (by type and description), each given an
+    id, the whole kept within MAX_PENDING_ACTIONS: the oldest finished actions go first,
+    then the newest additions."""
+    known = {(a.type, a.description) for a in actions}
+    for action in new:
+        if (action.type, action.description) not in known:
+            actions = [*actions, action if action.id else evolve(action, id=new_id())]
+            known.add((action.type, action.description))
+    excess = len(actions) - MAX_PENDING_ACTIONS
+    if excess <= 0:
+        return actions
+    finished = set([i for i, a in enumerate(actions) if a.status in _FINISHED][:excess])
+    return [a for i, a in enumerate(actions) if i not in finished][:MAX_PENDING_ACTIONS]
