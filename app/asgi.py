@@ -117,7 +117,7 @@ def create_app(
     user_service = UserService(database, clock)
     session_service = SessionService(database, clock, settings.sessions)
     memory_service = MemoryService(database, clock, settings.memories)
-    erasure_service = ErasureService(database, clock)
+    erasure_service = ErasureService(database, clock, settings.database.erasure_timeout)
     breakers = BreakerRegistry(
         database,
         clock,

@@ -51,29 +51,36 @@ async def user_footprint(conn: Connection, user_id: UUID) -> Footprint:
     )
 
 
+# The next four scan their table in full; ``time_limit`` (seconds) replaces the pool's
+# command timeout for them.
+
+
 async def redact_access_log(
-    conn: Connection, user_id: UUID, ids: list[UUID], erasure_id: UUID
+    conn: Connection, user_id: UUID, ids: list[UUID], erasure_id: UUID, time_limit: float
 ) -> int:
     """Redact audit rows naming ``ids`` or matching the user's memory content; how many."""
-    return _count(await conn.execute(Q.redact_access_log, user_id, ids, erasure_id))
+    status = await conn.execute(Q.redact_access_log, user_id, ids, erasure_id, timeout=time_limit)
+    return _count(status)
 
 
-async def delete_idempotency_keys(conn: Connection, ids: list[UUID]) -> int:
+async def delete_idempotency_keys(conn: Connection, ids: list[UUID], time_limit: float) -> int:
     """Forget stored webhook responses that name ``ids``; how many."""
-    return int(await conn.fetchval(Q.delete_idempotency_keys, ids))
+    return int(await conn.fetchval(Q.delete_idempotency_keys, ids, timeout=time_limit))
 
 
-async def delete_events(conn: Connection, ids: list[UUID]) -> tuple[int, int]:
+async def delete_events(conn: Connection, ids: list[UUID], time_limit: float) -> tuple[int, int]:
     """Delete events whose payload names ``ids``; (events, their deliveries)."""
-    row = await conn.fetchrow(Q.delete_events, ids)
+    row = await conn.fetchrow(Q.delete_events, ids, timeout=time_limit)
     if row is None:
         raise RuntimeError("delete_events returned no row")
     return int(row["events"]), int(row["deliveries"])
 
 
-async def redact_job_runs(conn: Connection, ids: list[UUID], erasure_id: UUID) -> int:
+async def redact_job_runs(
+    conn: Connection, ids: list[UUID], erasure_id: UUID, time_limit: float
+) -> int:
     """Redact job run errors and details that name ``ids``; how many runs."""
-    return _count(await conn.execute(Q.redact_job_runs, ids, erasure_id))
+    return _count(await conn.execute(Q.redact_job_runs, ids, erasure_id, timeout=time_limit))
 
 
 async def delete_user_memories(conn: Connection, user_id: UUID) -> dict[str, int]:

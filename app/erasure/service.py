@@ -23,9 +23,11 @@ from app.errors import NotFound
 class ErasureService:
     """Erases a user (DELETE /v1/users/{id}) or their memories (DELETE .../memories)."""
 
-    def __init__(self, database: Database, clock: Clock) -> None:
+    def __init__(self, database: Database, clock: Clock, scan_timeout: float) -> None:
         self._db = database
         self._clock = clock
+        # Seconds each full-table scan for the user's ids may take (see erasure.sql).
+        self._scan_timeout = scan_timeout
 
     async def erase_user(self, user_id: UUID, principal: Principal) -> UserErased:
         """Delete the user and everything about them; redact what must stay (the audit
@@ -106,10 +108,11 @@ class ErasureService:
                 {"idempotency_keys": 0, "outbox_events": 0, "event_deliveries": 0},
                 {"memory_access_log": 0, "job_runs": 0},
             )
-        audit = await repo.redact_access_log(conn, user_id, ids, erasure_id)
-        keys = await repo.delete_idempotency_keys(conn, ids)
-        events, deliveries = await repo.delete_events(conn, ids)
-        runs = await repo.redact_job_runs(conn, ids, erasure_id)
+        limit = self._scan_timeout
+        audit = await repo.redact_access_log(conn, user_id, ids, erasure_id, limit)
+        keys = await repo.delete_idempotency_keys(conn, ids, limit)
+        events, deliveries = await repo.delete_events(conn, ids, limit)
+        runs = await repo.redact_job_runs(conn, ids, erasure_id, limit)
         return (
             {"idempotency_keys": keys, "outbox_events": events, "event_deliveries": deliveries},
             {"memory_access_log": audit, "job_runs": runs},

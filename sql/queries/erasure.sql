@@ -17,7 +17,9 @@
 -- Those four are scanned in full: no index leads from an id to the JSON that mentions it,
 -- and keeping one up to date would tax every audit write (the hottest insert) for an
 -- operation that is rare. idempotency_keys (24 h), outbox_events (30 days once delivered)
--- and job_runs (90 days) stay small; memory_access_log is the big one (365 days).
+-- and job_runs (90 days) stay small; memory_access_log is the big one (365 days; about
+-- 6 s per million rows), so these statements run under the erasure timeout, not the
+-- command timeout (SWITCHBOARD_DATABASE_ERASURE_TIMEOUT).
 
 -- name: lock_user_sessions
 -- Taken before the user's row: writers that lock a session and then insert a row

@@ -4,6 +4,7 @@ afresh; other users keep everything."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import uuid
@@ -14,7 +15,12 @@ import asyncpg
 import httpx
 import pytest
 
+from app.auth.principal import ADMIN
 from app.clock import Clock, FrozenClock
+from app.db.pool import Database
+from app.erasure.service import ErasureService
+from app.errors import ServiceUnavailable
+from app.settings import DatabaseSettings
 from tests.integration.helpers import assert_problem, create_session, create_user, if_match
 
 ALL_EVENTS = [
@@ -362,3 +368,46 @@ async def test_erasing_memories_removes_their_copies_and_keeps_the_user(
     assert again.json()["memory"]["memory_id"] != memory_id  # written anew
 
     assert_problem(await client.delete(f"/v1/users/{uuid.uuid4()}/memories"), 404)
+
+
+async def test_an_erasure_is_all_or_nothing_and_its_scans_have_their_own_time_limit(
+    client: httpx.AsyncClient, frozen_clock: FrozenClock, database_url: str
+) -> None:
+    user_id = await create_user(client)
+    session = await create_session(client, user_id=user_id)
+    written = await client.post(
+        "/v1/memories", json={"user_id": user_id, "memory_type": "planning", "content": {}}
+    )
+    memory_id = written.json()["memory_id"]
+    database = Database(database_url, DatabaseSettings(pool_max_size=2, command_timeout=0.5))
+    await database.open()
+    holder = await asyncpg.connect(database_url)
+    try:
+        # Someone holds the audit row of the write: the erasure's audit scan has to wait.
+        await holder.execute("BEGIN")
+        await holder.execute(
+            "SELECT 1 FROM memory_access_log WHERE memory_id = $1 FOR UPDATE", uuid.UUID(memory_id)
+        )
+        impatient = ErasureService(database, frozen_clock, scan_timeout=0.2)
+        with pytest.raises(ServiceUnavailable):
+            await impatient.erase_user(uuid.UUID(user_id), ADMIN)
+        # Nothing of it happened.
+        assert (await client.get(f"/v1/users/{user_id}")).status_code == 200
+        assert (await client.get(f"/v1/sessions/{session['session_id']}")).status_code == 200
+        assert (await client.get(f"/v1/memories/{memory_id}")).status_code == 200
+        assert await fetch(database_url, "SELECT 1 FROM user_erasures") == []
+
+        # With room for its scans, it outwaits the command timeout (0.5 s) and succeeds.
+        async def release_later() -> None:
+            await asyncio.sleep(1)
+            await holder.execute("ROLLBACK")
+
+        release = asyncio.create_task(release_later())
+        patient = ErasureService(database, frozen_clock, scan_timeout=30)
+        erased = await patient.erase_user(uuid.UUID(user_id), ADMIN)
+        await release
+        assert erased.deleted["memories"] == 1
+        assert_problem(await client.get(f"/v1/users/{user_id}"), 404)
+    finally:
+        await holder.close()
+        await database.close()
