@@ -33,6 +33,7 @@ from app.coordination.controller import (
 from app.coordination.dispatch import AgentClient
 from app.coordination.service import CoordinationService
 from app.db.pool import Database
+from app.erasure.service import ErasureService
 from app.errors import EXCEPTION_HANDLERS, UnsupportedMediaType
 from app.health.controller import HealthController
 from app.linger import LingeringClose
@@ -117,6 +118,7 @@ def create_app(
     user_service = UserService(database, clock)
     session_service = SessionService(database, clock, settings.sessions)
     memory_service = MemoryService(database, clock, settings.memories)
+    erasure_service = ErasureService(database, clock, settings.database.erasure_timeout)
     breakers = BreakerRegistry(
         database,
         clock,
@@ -212,6 +214,7 @@ def create_app(
             "user_service": provide(user_service),
             "session_service": provide(session_service),
             "memory_service": provide(memory_service),
+            "erasure_service": provide(erasure_service),
             "coordinator": provide(coordinator),
             "maintenance": provide(maintenance),
             "events": provide(events),

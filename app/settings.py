@@ -53,6 +53,9 @@ class DatabaseSettings(BaseSettings):
     pool_max_size: PositiveInt = 10
     # Seconds a statement may run before the request fails with 503.
     command_timeout: float = Field(default=10.0, gt=0)
+    # The same for the statements of an erasure that scan whole tables for a user's ids
+    # (sql/queries/erasure.sql): the audit trail takes about 6 s per million rows.
+    erasure_timeout: float = Field(default=300.0, gt=0)
     # Seconds a request waits for a free pool connection before 503.
     acquire_timeout: float = Field(default=5.0, gt=0)
     # Prepared statements kept per connection (the named queries number over 100).

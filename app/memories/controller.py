@@ -25,6 +25,8 @@ from app.auth.principal import Principal
 from app.common.pagination import DEFAULT_LIMIT, MAX_LIMIT
 from app.common.preconditions import etag, parse_if_match
 from app.common.validation import validate_as, validate_each
+from app.erasure.schemas import MemoriesErased
+from app.erasure.service import ErasureService
 from app.errors import BadRequest, ValidationFailed
 from app.memories.repository import MemoryFilter
 from app.memories.schemas import (
@@ -35,7 +37,6 @@ from app.memories.schemas import (
     Category,
     CategoryChange,
     CategoryWrite,
-    MemoriesErased,
     Memory,
     MemoryBatch,
     MemoryPage,
@@ -214,10 +215,11 @@ class UserMemoriesController(Controller):
         self,
         request: AnyRequest,
         user_id: FromPath[UUID],
-        memory_service: NamedDependency[MemoryService],
+        erasure_service: NamedDependency[ErasureService],
     ) -> MemoriesErased:
-        """Delete every memory of the user, live and archived; returns the counts."""
-        return await memory_service.erase_user(user_id, request.user)
+        """Delete every memory of the user, live and archived, with the copies of them in
+        stored webhook responses and audit queries; returns the counts per table."""
+        return await erasure_service.erase_memories(user_id, request.user)
 
 
 class MemoryCategoryController(Controller):

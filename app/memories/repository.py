@@ -295,14 +295,6 @@ async def list_context_memories(
     return [_memory(row) for row in rows]
 
 
-async def erase_user_memories(conn: Connection, user_id: UUID) -> tuple[int, int]:
-    """Delete a user's live and archived memories; (live, archived) counts."""
-    row = await conn.fetchrow(Q.erase_user_memories, user_id)
-    if row is None:
-        raise RuntimeError("erase_user_memories returned no row")
-    return int(row["memories"]), int(row["archived"])
-
-
 async def list_access_log(
     conn: Connection,
     agent_name: str | None,

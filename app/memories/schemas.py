@@ -193,12 +193,3 @@ class AccessLogPage:
 
     items: list[AccessLogEntry]
     next_cursor: str | None
-
-
-@dataclass(frozen=True, slots=True)
-class MemoriesErased:
-    """What erasing a user's memories removed."""
-
-    user_id: UUID
-    memories_deleted: int
-    archived_deleted: int

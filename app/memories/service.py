@@ -1,5 +1,6 @@
 """Memory rules: validation against the reference tables, access levels (applied by the
-SQL itself), retention, upserts by key, the session context, erasure and the audit trail."""
+SQL itself), retention, upserts by key, the session context and the audit trail (erasing
+a user's memories is app/erasure's)."""
 
 from __future__ import annotations
 
@@ -31,7 +32,6 @@ from app.memories.schemas import (
     Category,
     CategoryChange,
     CategoryWrite,
-    MemoriesErased,
     Memory,
     MemoryPage,
     MemoryType,
@@ -42,7 +42,6 @@ from app.memories.schemas import (
 )
 from app.sessions import repository as sessions_repo
 from app.settings import MemorySettings
-from app.users import repository as users_repo
 
 FALLBACK_CATEGORY = "session_data"
 T = TypeVar("T")
@@ -347,29 +346,6 @@ class MemoryService:
             memory_bytes=used,
             truncated=len(chosen) < len(candidates),
         )
-
-    async def erase_user(self, user_id: UUID, principal: Principal) -> MemoriesErased:
-        """Delete all of a user's memories, live and archived (admin)."""
-        now = self._clock.now()
-        async with self._db.transaction() as conn:
-            if not await users_repo.user_exists(conn, user_id):
-                raise NotFound(f"No user {user_id}.")
-            live, archived = await repo.erase_user_memories(conn, user_id)
-            await repo.insert_access_logs(
-                conn,
-                [
-                    self._entry(
-                        principal,
-                        "erase",
-                        None,
-                        {"user_id": str(user_id)},
-                        True,
-                        live + archived,
-                        now,
-                    )
-                ],
-            )
-        return MemoriesErased(user_id=user_id, memories_deleted=live, archived_deleted=archived)
 
     async def audit_log(
         self, agent_name: str | None, since: datetime | None, limit: int, cursor: str | None

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 from uuid import UUID
 
-from litestar import Controller, delete, get, post
+from litestar import Controller, Request, delete, get, post
 from litestar.di import NamedDependency
 from litestar.params import FromPath, JSONBody, QueryParameter
 from litestar.status_codes import HTTP_201_CREATED
 
 from app.auth.guards import admin_only
-from app.users.schemas import User, UserCreate, UserErased
+from app.auth.principal import Principal
+from app.erasure.schemas import UserErased
+from app.erasure.service import ErasureService
+from app.users.schemas import User, UserCreate
 from app.users.service import UserService
 
 
@@ -51,7 +54,12 @@ class UserController(Controller):
         summary="Erase a user and everything about them",
     )
     async def erase_user(
-        self, user_id: FromPath[UUID], user_service: NamedDependency[UserService]
+        self,
+        request: Request[Principal, Any, Any],
+        user_id: FromPath[UUID],
+        erasure_service: NamedDependency[ErasureService],
     ) -> UserErased:
-        """Hard delete (right to be forgotten): sessions and their history go too."""
-        return await user_service.erase_user(user_id)
+        """Hard delete (right to be forgotten): the user, their sessions with history and
+        decisions, memories and archives go; stored webhook responses and events about them
+        go; audit rows and job records that name them are redacted. Counts per table."""
+        return await erasure_service.erase_user(user_id, request.user)

@@ -44,11 +44,3 @@ async def get_user_by_external_ref(conn: Connection, external_ref: str) -> User 
 async def user_exists(conn: Connection, user_id: UUID) -> bool:
     """True if the user exists."""
     return bool(await conn.fetchval(Q.user_exists, user_id))
-
-
-async def delete_user(conn: Connection, user_id: UUID) -> int | None:
-    """Hard-delete a user; returns how many sessions went with them, None if unknown."""
-    row = await conn.fetchrow(Q.delete_user, user_id)
-    if row is None or row["users"] == 0:
-        return None
-    return int(row["sessions"])

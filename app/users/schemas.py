@@ -28,11 +28,3 @@ class User:
     external_ref: str | None
     created_at: datetime
     deleted_at: datetime | None
-
-
-@dataclass(frozen=True, slots=True)
-class UserErased:
-    """What a right-to-be-forgotten delete removed."""
-
-    user_id: UUID
-    sessions_deleted: int

@@ -1,4 +1,4 @@
-"""User rules: optional unique external reference, hard erasure on delete."""
+"""User rules: optional unique external reference (erasure lives in app/erasure)."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ from app.clock import Clock
 from app.db.pool import Database
 from app.errors import Conflict, NotFound
 from app.users import repository as repo
-from app.users.schemas import User, UserErased
+from app.users.schemas import User
 
 
 class UserService:
-    """Creates, finds and erases users."""
+    """Creates and finds users."""
 
     def __init__(self, database: Database, clock: Clock) -> None:
         self._db = database
@@ -56,14 +56,6 @@ class UserService:
         if user is None:
             raise NotFound(f"No user with external_ref {external_ref!r}.")
         return user
-
-    async def erase_user(self, user_id: UUID) -> UserErased:
-        """Delete the user and everything that cascades from them, in one transaction."""
-        async with self._db.transaction() as conn:
-            sessions = await repo.delete_user(conn, user_id)
-        if sessions is None:
-            raise NotFound(f"No user {user_id}.")
-        return UserErased(user_id=user_id, sessions_deleted=sessions)
 
     async def require_user(self, user_id: UUID) -> None:
         """404 unless the user exists."""

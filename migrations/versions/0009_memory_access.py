@@ -5,7 +5,7 @@ owner access (the agent that created a memory always sees it). Every memory stat
 to spell the level check out; it now calls these.
 
 Revision ID: 0009
-Revises: 0007
+Revises: 0008
 Create Date: 2026-11-23
 """
 
@@ -14,7 +14,7 @@ from __future__ import annotations
 from migrations.sqlscript import run_sql
 
 revision = "0009"
-down_revision = "0007"
+down_revision = "0008"
 branch_labels = None
 depends_on = None
 

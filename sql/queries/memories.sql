@@ -276,14 +276,6 @@ WHERE m.user_id = $1
 ORDER BY m.created_at DESC, m.memory_id DESC
 LIMIT $6
 
--- name: erase_user_memories
-WITH live AS (
-    DELETE FROM memories WHERE user_id = $1 RETURNING 1
-), archived AS (
-    DELETE FROM memory_archive WHERE user_id = $1 RETURNING 1
-)
-SELECT (SELECT count(*) FROM live) AS memories, (SELECT count(*) FROM archived) AS archived
-
 -- name: insert_access_log
 INSERT INTO memory_access_log (agent_name, acting_principal, action, memory_id, query, allowed, rows, at)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8)

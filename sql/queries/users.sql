@@ -19,12 +19,3 @@ WHERE external_ref = $1
 
 -- name: user_exists
 SELECT EXISTS (SELECT 1 FROM users WHERE id = $1)
-
--- name: delete_user
--- Hard delete: sessions and their versions go with the user (ON DELETE CASCADE).
-WITH erased_sessions AS (
-    SELECT count(*) AS n FROM session_coordination WHERE user_id = $1
-), erased_user AS (
-    DELETE FROM users WHERE id = $1 RETURNING id
-)
-SELECT (SELECT count(*) FROM erased_user) AS users, (SELECT n FROM erased_sessions) AS sessions

@@ -550,7 +550,22 @@ async def test_erase_user_memories(client: httpx.AsyncClient, make_agent_client:
         await client.post("/v1/memories", json=memory(user_id))
     await client.post("/v1/memories", json=memory(keep))
     response = await client.delete(f"/v1/users/{user_id}/memories")
-    assert response.json() == {"user_id": user_id, "memories_deleted": 3, "archived_deleted": 0}
+    body = response.json()
+    assert body.pop("erasure_id")
+    assert body == {
+        "user_id": user_id,
+        "memories_deleted": 3,
+        "archived_deleted": 0,
+        "deleted": {
+            "memories": 3,
+            "memory_archive": 0,
+            "idempotency_keys": 0,
+            "outbox_events": 0,
+            "event_deliveries": 0,
+        },
+        # The three writes were audited by memory id: the ids go, the rows stay.
+        "redacted": {"memory_access_log": 3, "job_runs": 0},
+    }
     assert (await client.get("/v1/memories", params={"user_id": user_id})).json()["items"] == []
     assert len((await client.get("/v1/memories", params={"user_id": keep})).json()["items"]) == 1
     assert_problem(

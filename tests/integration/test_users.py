@@ -51,7 +51,25 @@ async def test_delete_cascades_to_sessions_and_their_history(client: httpx.Async
 
     response = await client.delete(f"/v1/users/{user_id}")
     assert response.status_code == 200
-    assert response.json() == {"user_id": user_id, "sessions_deleted": 2}
+    body = response.json()
+    assert uuid.UUID(body.pop("erasure_id")).version == 7
+    assert body == {
+        "user_id": user_id,
+        "sessions_deleted": 2,
+        "deleted": {
+            "users": 1,
+            "session_coordination": 2,
+            "session_state_versions": 3,  # the first session's two, the second's one
+            "coordination_decisions": 0,
+            "session_archive": 0,
+            "memories": 0,
+            "memory_archive": 0,
+            "idempotency_keys": 0,
+            "outbox_events": 0,
+            "event_deliveries": 0,
+        },
+        "redacted": {"memory_access_log": 0, "job_runs": 0},
+    }
 
     assert_problem(await client.get(f"/v1/users/{user_id}"), 404)
     assert_problem(await client.get(f"/v1/sessions/{session['session_id']}"), 404)

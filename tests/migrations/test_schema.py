@@ -67,6 +67,7 @@ GENERATED_KEY_TABLES = {
     "job_runs",
     "subscriptions",
     "outbox_events",
+    "user_erasures",
 }
 
 # Archives keep the id of the live row they were copied from, so their keys have no default.
@@ -173,6 +174,8 @@ async def test_upgrade_head_builds_exactly_schema_sql(server_url: str) -> None:
     assert table_names(from_migrations) >= CORE_TABLES, table_names(from_migrations)
     assert "alembic_version" not in table_names(from_migrations)
     assert [row[0] for row in from_migrations["functions"]] == [
+        "jsonb_mentions_any",
+        "jsonb_or_null",
         "memory_readable_levels",
         "memory_visible",
         "uuid_generate_v7",

@@ -1,0 +1,1 @@
+"""Erasure: the right to be forgotten, for a user or only their memories."""
