@@ -26,7 +26,6 @@ from app.sessions import repository as repo
 from app.sessions.schemas import (
     AgentExecution,
     Completion,
-    CoordinationMetadata,
     Handoff,
     Rollback,
     Session,
@@ -34,7 +33,6 @@ from app.sessions.schemas import (
     SessionCreate,
     SessionEditable,
     SessionPage,
-    SessionState,
     SessionVersion,
     SessionVersionPage,
 )
@@ -47,7 +45,7 @@ from app.sessions.state import (
     resolve_mirrored,
     sequence_of,
     start_execution,
-    strip_mirrors,
+    version_content,
 )
 from app.settings import SessionSettings
 from app.users import repository as users_repo
@@ -321,24 +319,9 @@ class SessionService:
 
         def mutate(current: Session, _: datetime) -> tuple[SessionContent, str]:
             self._require_open(current)
-            # The old version goes through today's rules, as a write of it would.
-            state, metadata = strip_mirrors(target.session_state, target.coordination_metadata)
-            content = SessionContent(
-                session_state=validate_as(
-                    SessionState, state, what="session_state of that version"
-                ),
-                agent_sequence=sequence_of(target.agent_sequence),
-                coordination_metadata=validate_as(
-                    CoordinationMetadata, metadata, what="coordination_metadata of that version"
-                ),
-                current_agent=target.current_agent,
-                progress_percentage=target.progress_percentage,
-                priority=target.priority,
-                # Lifecycle fields are not content: they stay as they are now.
-                status=current.status,
-                preserve=current.preserve,
-                completed_at=current.completed_at,
-            )
+            # The old version goes through today's rules, as a write of it would; status,
+            # preserve and completed_at are not content: they stay as they are now.
+            content = version_content(target, current)
             return content, f"rollback to version {data.to_version}"
 
         return await self._versioned_write(session_id, bases, actor, mutate)

@@ -21,6 +21,7 @@ from app.sessions.schemas import (
     Session,
     SessionContent,
     SessionState,
+    SessionVersion,
 )
 
 M = TypeVar("M", bound=BaseModel)
@@ -105,19 +106,29 @@ def content_of(session: Session) -> SessionContent:
     Stored content was validated when written; content stored before a rule tightened is
     refused here with a 422 naming the field, which a client PATCH can then repair.
     """
-    state, metadata = strip_mirrors(session.session_state, session.coordination_metadata)
+    return _typed(session, session)
+
+
+def version_content(version: SessionVersion, session: Session) -> SessionContent:
+    """An earlier version's content under today's rules (a rollback writes it again), with
+    the session's status, preserve and completed_at: those are not content."""
+    return _typed(version, session)
+
+
+def _typed(source: Session | SessionVersion, life: Session) -> SessionContent:
+    state, metadata = strip_mirrors(source.session_state, source.coordination_metadata)
     return SessionContent(
         session_state=validate_as(SessionState, state, what="stored session_state"),
-        agent_sequence=sequence_of(session.agent_sequence),
+        agent_sequence=sequence_of(source.agent_sequence),
         coordination_metadata=validate_as(
             CoordinationMetadata, metadata, what="stored coordination_metadata"
         ),
-        current_agent=session.current_agent,
-        progress_percentage=session.progress_percentage,
-        status=session.status,
-        priority=session.priority,
-        preserve=session.preserve,
-        completed_at=session.completed_at,
+        current_agent=source.current_agent,
+        progress_percentage=source.progress_percentage,
+        priority=source.priority,
+        status=life.status,
+        preserve=life.preserve,
+        completed_at=life.completed_at,
     )
 
 
