@@ -23,6 +23,7 @@ from app.agents.service import AgentService
 from app.auth.middleware import PUBLIC_PATHS, ApiKeyAuthMiddleware
 from app.auth.ratelimit import RateLimiter
 from app.clock import Clock, SystemClock
+from app.common.jsonbody import JsonRequest
 from app.coordination.breakers import BreakerRegistry
 from app.coordination.controller import (
     AgentCardController,
@@ -228,6 +229,7 @@ def create_app(
             DefineMiddleware(ApiKeyAuthMiddleware, exclude=PUBLIC_PATHS),
         ],
         before_request=require_json_body,
+        request_class=JsonRequest,
         exception_handlers=EXCEPTION_HANDLERS,
         request_max_body_size=settings.server.max_body_bytes,
         lifespan=[lifespan],

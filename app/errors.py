@@ -40,6 +40,18 @@ class BadRequest(SwitchboardError):
     status, title, slug = 400, "Bad request", "bad-request"
 
 
+class MalformedJson(BadRequest):
+    """The body is not JSON: a syntax error, or bytes that are not UTF-8."""
+
+    title, slug = "Malformed JSON", "malformed-json"
+
+
+class TooDeeplyNested(BadRequest):
+    """The body nests deeper than the decoder follows (far past the 64 levels allowed)."""
+
+    title, slug = "Malformed JSON", "too-deeply-nested"
+
+
 class Unauthorized(SwitchboardError):
     """No valid API key was presented."""
 

@@ -6,7 +6,6 @@ from datetime import datetime
 from typing import Annotated, Any
 from uuid import UUID
 
-import orjson
 from litestar import Controller, Request, Response, delete, get, post, put
 from litestar.di import NamedDependency
 from litestar.enums import RequestEncodingType
@@ -22,6 +21,7 @@ from litestar.status_codes import HTTP_200_OK, HTTP_201_CREATED, HTTP_204_NO_CON
 
 from app.auth.guards import admin_only
 from app.auth.principal import Principal
+from app.common.jsonbody import decode_json
 from app.common.pagination import DEFAULT_LIMIT, MAX_LIMIT
 from app.common.preconditions import etag, parse_if_match
 from app.common.validation import validate_as, validate_each
@@ -60,9 +60,19 @@ def _contains(raw: str | None) -> Any:
     if raw is None:
         return None
     try:
-        value = orjson.loads(raw)
-    except orjson.JSONDecodeError:
+        value = decode_json(raw.encode())
+    except BadRequest:
         raise BadRequest("contains must be a JSON value.", parameter="contains") from None
+    except ValidationFailed as exc:
+        errors = [
+            {**e, "field": "contains" + ("" if e["field"] == "$" else "." + e["field"])}
+            for e in exc.extensions.get("errors", [])
+        ]
+        raise BadRequest(
+            "contains holds a value this service cannot store.",
+            parameter="contains",
+            errors=errors,
+        ) from None
     if not isinstance(value, dict | list):
         raise BadRequest("contains must be a JSON object or array.", parameter="contains")
     return value
