@@ -11,7 +11,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx
-from litestar import Litestar, Request
+from litestar import Litestar, Request, Response
 from litestar.datastructures import State
 from litestar.di import Provide
 from litestar.middleware.base import DefineMiddleware
@@ -24,6 +24,8 @@ from app.auth.middleware import PUBLIC_PATHS, ApiKeyAuthMiddleware
 from app.auth.ratelimit import RateLimiter
 from app.clock import Clock, SystemClock
 from app.common.jsonbody import JsonRequest
+from app.common.parameters import ParameterRules
+from app.common.validation import StrictRequestModels
 from app.coordination.breakers import BreakerRegistry
 from app.coordination.controller import (
     AgentCardController,
@@ -79,7 +81,16 @@ def _is_json_media_type(content_type: str) -> bool:
     )
 
 
-async def require_json_body(request: Request[Any, Any, Any]) -> None:
+async def before_handler(request: Request[Any, Any, Any]) -> Response[None] | None:
+    """What every request passes before its handler's parameters and body are parsed:
+    strict path and query parameters, then a JSON media type for a body."""
+    rules: ParameterRules = request.app.state.parameter_rules
+    rules.check(request)
+    require_json_body(request)
+    return None
+
+
+def require_json_body(request: Request[Any, Any, Any]) -> None:
     """415 for a body that is not JSON; runs before the body is read or parsed."""
     if request.method not in _BODY_METHODS:
         return
@@ -228,8 +239,9 @@ def create_app(
             metrics_middleware,
             DefineMiddleware(ApiKeyAuthMiddleware, exclude=PUBLIC_PATHS),
         ],
-        before_request=require_json_body,
+        before_request=before_handler,
         request_class=JsonRequest,
+        plugins=[StrictRequestModels()],
         exception_handlers=EXCEPTION_HANDLERS,
         request_max_body_size=settings.server.max_body_bytes,
         lifespan=[lifespan],
@@ -264,6 +276,7 @@ def create_app(
         ),
         debug=False,
     )
+    app.state.parameter_rules = ParameterRules(app)
     # Outermost, around routing and Litestar's own exception handling: middleware given to
     # Litestar runs only for matched routes, and a 404 or 405 is an early answer too.
     app.asgi_handler = LingeringClose(

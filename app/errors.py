@@ -52,6 +52,13 @@ class TooDeeplyNested(BadRequest):
     title, slug = "Malformed JSON", "too-deeply-nested"
 
 
+class InvalidParameter(BadRequest):
+    """A path or query parameter is not what the route declares; ``errors`` names each."""
+
+    slug = "invalid-parameter"
+    detail_text: ClassVar[str] = "A path, query or header parameter is invalid."
+
+
 class Unauthorized(SwitchboardError):
     """No valid API key was presented."""
 
@@ -204,10 +211,10 @@ def handle_validation_error(
             {"errors": errors},
         )
     return problem_response(
-        400,
-        BadRequest.title,
-        "invalid-parameter",
-        "A path, query or header parameter is invalid.",
+        InvalidParameter.status,
+        InvalidParameter.title,
+        InvalidParameter.slug,
+        InvalidParameter.detail_text,
         request.url.path,
         {"errors": errors},
     )

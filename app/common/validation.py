@@ -1,10 +1,31 @@
-"""Validate data against a pydantic model, turning failures into a 422 with field paths."""
+"""Validate data against a pydantic model, turning failures into a 422 with field paths.
+
+What a client sends is validated as JSON, strictly (``validate_input`` and, for the
+handlers' ``data``, ``StrictRequestModels``): no bool for an int or an int for a bool, no
+number for a string or a string for a number, exactly as the OpenAPI schema documents.
+UUIDs and date-times arrive as strings, which JSON's strict mode takes (Python's would
+not), and a date-time must be written as one (``DateTime``), not as a number of seconds.
+Content the service already holds (stored sessions) is read with ``validate_as``.
+"""
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
+from datetime import datetime
 from typing import Annotated, Any, TypeVar
 
-from pydantic import AfterValidator, AnyHttpUrl, BaseModel, UrlConstraints, ValidationError
+import orjson
+from litestar.plugins.pydantic import PydanticInitPlugin
+from pydantic import (
+    AfterValidator,
+    AnyHttpUrl,
+    BaseModel,
+    BeforeValidator,
+    TypeAdapter,
+    UrlConstraints,
+    ValidationError,
+)
 
 from app.errors import ValidationFailed
 
@@ -61,6 +82,34 @@ def reject_deep_json(value: Any, max_depth: int = MAX_JSON_DEPTH) -> Any:
     return value
 
 
+# The start of an RFC 3339 date-time; pydantic checks the rest. pydantic would read "0.5",
+# even in strict mode, as half a second after 1970.
+_DATE_TIME_START = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt ][0-9]{2}:[0-9]{2}")
+DATE_TIME_EXAMPLE = "2026-01-01T00:00:00Z"
+
+
+def is_date_time_text(text: str) -> bool:
+    """True if ``text`` starts like an RFC 3339 date-time (a bare number does not)."""
+    return _DATE_TIME_START.match(text) is not None
+
+
+_PARSED_DATE_TIME = TypeAdapter(datetime)
+
+
+def _written_as_a_date_time(value: Any) -> Any:
+    if not isinstance(value, str):
+        return value
+    if not is_date_time_text(value):
+        raise ValueError(f"expected an RFC 3339 date-time such as {DATE_TIME_EXAMPLE}")
+    # Parsed here: after a before-validator pydantic checks the result as a Python value,
+    # and strict mode takes only a datetime object there.
+    return _PARSED_DATE_TIME.validate_python(value)
+
+
+# A date-time a client writes: RFC 3339 text, never a number of seconds.
+DateTime = Annotated[datetime, BeforeValidator(_written_as_a_date_time)]
+
+
 def field_errors(exc: ValidationError, prefix: str = "") -> list[dict[str, str]]:
     """Pydantic errors as ``[{field, message}]`` with dotted paths."""
     errors = []
@@ -71,13 +120,29 @@ def field_errors(exc: ValidationError, prefix: str = "") -> list[dict[str, str]]
     return errors
 
 
+def strictly(model: type[M], data: Any) -> M:
+    """``data`` (decoded JSON) validated as the JSON it came from, in strict mode."""
+    try:
+        raw = orjson.dumps(data)
+    except orjson.JSONEncodeError:
+        # orjson stops at 254 levels, far past every model's limit (MAX_JSON_DEPTH):
+        # validating as Python names the field whose limit the nesting breaks.
+        model.model_validate(data)
+        raise ValidationFailed(
+            "The body is nested too deeply.",
+            errors=[{"field": "$", "message": f"nested more than {MAX_JSON_DEPTH} levels deep"}],
+        ) from None
+    return model.model_validate_json(raw, strict=True)
+
+
 def validate_each(model: type[M], items: list[Any]) -> list[M]:
-    """Validate every item of a batch; one 422 lists all bad fields as ``<index>.<path>``."""
+    """Validate every item a client sent in a batch, strictly; one 422 lists all bad
+    fields as ``<index>.<path>``."""
     valid: list[M] = []
     errors: list[dict[str, str]] = []
     for index, item in enumerate(items):
         try:
-            valid.append(model.model_validate(item))
+            valid.append(strictly(model, item))
         except ValidationError as exc:
             errors += field_errors(exc, prefix=str(index))
     if errors:
@@ -85,9 +150,46 @@ def validate_each(model: type[M], items: list[Any]) -> list[M]:
     return valid
 
 
+def validate_input(model: type[M], data: Any, *, what: str) -> M:
+    """What a client sent (decoded JSON) validated strictly, or a 422 naming every bad
+    field of ``what``."""
+    try:
+        return strictly(model, data)
+    except ValidationError as exc:
+        raise ValidationFailed(f"The {what} is not valid.", errors=field_errors(exc)) from None
+
+
 def validate_as(model: type[M], data: Any, *, what: str) -> M:
-    """``model.model_validate(data)`` or a 422 naming every bad field of ``what``."""
+    """Content the service holds, ``model.model_validate(data)``, or a 422 naming every bad
+    field of ``what``."""
     try:
         return model.model_validate(data)
     except ValidationError as exc:
         raise ValidationFailed(f"The {what} is not valid.", errors=field_errors(exc)) from None
+
+
+def _decode_request_model(model: type[BaseModel], value: Any) -> BaseModel:
+    try:
+        return strictly(model, value)
+    except ValidationError as exc:
+        # Not a ValueError, so msgspec (which calls this) lets it through to the handlers.
+        raise ValidationFailed(
+            "The request body does not match the expected schema.", errors=field_errors(exc)
+        ) from None
+
+
+def _is_model(annotation: Any) -> bool:
+    return isinstance(annotation, type) and issubclass(annotation, BaseModel)
+
+
+class StrictRequestModels(PydanticInitPlugin):
+    """Litestar's pydantic plugin, validating a handler's ``data`` model strictly as JSON
+    (Litestar's own calls ``model_validate(value, strict=False)``, which overrides every
+    model's and field's strictness)."""
+
+    @classmethod
+    def decoders(
+        cls, validate_strict: bool = False
+    ) -> list[tuple[Callable[[Any], bool], Callable[[Any, Any], Any]]]:
+        """Ours first: Litestar uses the first decoder whose predicate matches."""
+        return [(_is_model, _decode_request_model), *super().decoders(validate_strict)]

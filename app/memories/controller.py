@@ -24,7 +24,7 @@ from app.auth.principal import Principal
 from app.common.jsonbody import decode_json
 from app.common.pagination import DEFAULT_LIMIT, MAX_LIMIT
 from app.common.preconditions import etag, parse_if_match
-from app.common.validation import validate_as, validate_each
+from app.common.validation import validate_each, validate_input
 from app.erasure.schemas import MemoriesErased
 from app.erasure.service import ErasureService
 from app.errors import BadRequest, ValidationFailed
@@ -109,7 +109,7 @@ class MemoryController(Controller):
                 )
             items = validate_each(MemoryWrite, data)
             return MemoryBatch(items=await memory_service.write(items, request.user, batch=True))
-        item = validate_as(MemoryWrite, data, what="memory")
+        item = validate_input(MemoryWrite, data, what="memory")
         return (await memory_service.write([item], request.user, batch=False))[0]
 
     @put("/by-key", summary="Create or replace the memory named by (user_id, category, key)")

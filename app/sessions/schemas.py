@@ -17,7 +17,7 @@ from uuid import UUID
 import msgspec
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
-from app.common.validation import reject_deep_json
+from app.common.validation import DateTime, reject_deep_json
 
 SessionType = Literal["multi_agent_chat", "planning_session", "consultation", "education"]
 SessionStatus = Literal["active", "idle", "completed", "expired", "escalated"]
@@ -63,10 +63,10 @@ class PendingAction(BaseModel):
     description: ShortText | None = None
     priority_score: int = Field(default=0, ge=0, le=100)
     status: PendingStatus = "pending"
-    created_at: datetime | None = None
+    created_at: DateTime | None = None
     attempts: int = Field(default=0, ge=0)
     reason: ShortText | None = None
-    claimed_at: datetime | None = None
+    claimed_at: DateTime | None = None
 
 
 class UserPreferences(BaseModel):

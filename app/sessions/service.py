@@ -19,7 +19,7 @@ from app.common.pagination import (
     cut_page,
     decode_time_id_cursor,
 )
-from app.common.validation import validate_as
+from app.common.validation import validate_input
 from app.db.pool import Database
 from app.errors import Conflict, NotFound, ValidationFailed, VersionConflict
 from app.sessions import repository as repo
@@ -237,7 +237,7 @@ class SessionService:
             merged["priority"] = resolve_mirrored(
                 patch, "priority", "coordination_metadata", "session_priority", current.priority
             )
-            editable = validate_as(SessionEditable, merged, what="session after this patch")
+            editable = validate_input(SessionEditable, merged, what="session after this patch")
             closed_status = current.status if current.status in _CLOSED else None
             # The sequence is not patchable: it is carried over as stored.
             sequence = sequence_of(current.agent_sequence)

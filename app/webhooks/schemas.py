@@ -3,13 +3,13 @@ only where a typo would silently change the meaning)."""
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Annotated, Any, Literal
 from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
 from app.agents.schemas import AgentName
+from app.common.validation import DateTime
 from app.coordination.schemas import ContextFlag, MessageText
 from app.memories.schemas import Content, Identifier, MemoryKey
 from app.sessions.schemas import SessionType
@@ -62,7 +62,7 @@ class MemoryHook(BaseModel):
     # read
     memory_id: UUID | None = None
     # query
-    since: datetime | None = None
+    since: DateTime | None = None
     contains: dict[str, Any] | list[Any] | None = None
     limit: int = Field(default=50, ge=1, le=200)
     cursor: Annotated[str, StringConstraints(max_length=512)] | None = None
