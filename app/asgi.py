@@ -24,6 +24,7 @@ from app.auth.middleware import PUBLIC_PATHS, ApiKeyAuthMiddleware
 from app.auth.ratelimit import RateLimiter
 from app.clock import Clock, SystemClock
 from app.common.jsonbody import JsonRequest
+from app.common.options import AllowedMethods
 from app.common.parameters import ParameterRules
 from app.common.validation import StrictRequestModels
 from app.coordination.breakers import BreakerRegistry
@@ -83,7 +84,11 @@ def _is_json_media_type(content_type: str) -> bool:
 
 async def before_handler(request: Request[Any, Any, Any]) -> Response[None] | None:
     """What every request passes before its handler's parameters and body are parsed:
-    strict path and query parameters, then a JSON media type for a body."""
+    OPTIONS answered from the route map, strict path and query parameters, then a JSON
+    media type for a body."""
+    if request.method == "OPTIONS":
+        allowed: AllowedMethods = request.app.state.allowed_methods
+        return allowed.answer(request)
     rules: ParameterRules = request.app.state.parameter_rules
     rules.check(request)
     require_json_body(request)
@@ -277,6 +282,7 @@ def create_app(
         debug=False,
     )
     app.state.parameter_rules = ParameterRules(app)
+    app.state.allowed_methods = AllowedMethods(app)
     # Outermost, around routing and Litestar's own exception handling: middleware given to
     # Litestar runs only for matched routes, and a 404 or 405 is an early answer too.
     app.asgi_handler = LingeringClose(
