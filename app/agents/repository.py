@@ -77,8 +77,11 @@ async def replace_agent_key(
     return None if row is None else _agent(row)
 
 
-async def update_agent_settings(conn: Connection, agent: Agent, now: datetime) -> Agent | None:
-    """Write every setting of ``agent``; None if it vanished."""
+async def update_agent_settings(
+    conn: Connection, agent: Agent, enabled: bool | None, now: datetime
+) -> Agent | None:
+    """Write every setting of ``agent``, and ``enabled`` unless None (``agent.enabled`` is
+    the shown value, which a disabled key turns false); None if it vanished."""
     row = await conn.fetchrow(
         Q.update_agent_settings,
         agent.name,
@@ -90,7 +93,7 @@ async def update_agent_settings(conn: Connection, agent: Agent, now: datetime) -
         agent.fallback_strategy,
         agent.intents,
         agent.skills,
-        agent.enabled,
+        enabled,
         agent.fail_max,
         agent.reset_timeout_ms,
         now,

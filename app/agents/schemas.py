@@ -88,7 +88,9 @@ class AgentCard(BaseModel):
 
 @dataclass(frozen=True, slots=True)
 class Agent:
-    """A registered agent (never its key)."""
+    """A registered agent (never its key). ``enabled`` is what routing sees: false when it
+    was switched off (PATCH ``enabled: false``) or disabled with DELETE (``disabled_at``
+    set, its key revoked, until a new key is issued)."""
 
     agent_id: UUID
     name: str

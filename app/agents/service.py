@@ -139,7 +139,7 @@ class AgentService:
         """Every skill offered by an enabled agent, with the agents offering it."""
         skills: dict[str, SkillAgents] = {}
         for agent in await self.list_agents():
-            if not agent.enabled or agent.disabled_at is not None:  # as routing sees it
+            if not agent.enabled:  # as routing sees it: switched off or disabled
                 continue
             for skill in agent.skills:
                 skill_id = str(skill.get("id"))
@@ -185,7 +185,7 @@ class AgentService:
                     errors=[{"field": required, "message": "may not be null"}],
                 )
         updated = await repo.update_agent_settings(
-            conn, replace(agent, **changes), self._clock.now()
+            conn, replace(agent, **changes), changes.get("enabled"), self._clock.now()
         )
         if updated is None:
             raise NotFound(f"No agent named {agent.name!r}.")

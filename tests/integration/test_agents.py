@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import asyncpg
 import httpx
 
@@ -171,6 +173,42 @@ async def test_disable_keeps_the_agent_listed(client: httpx.AsyncClient) -> None
     assert (await client.delete("/v1/agents/Add_Changes_Agent")).status_code == 204
     agent = (await client.get("/v1/agents/Add_Changes_Agent")).json()
     assert agent["disabled_at"] is not None
+
+
+def _listed(agents: list[dict[str, Any]], name: str) -> dict[str, Any]:
+    return next(agent for agent in agents if agent["name"] == name)
+
+
+async def test_a_disabled_agent_is_not_listed_as_enabled(client: httpx.AsyncClient) -> None:
+    """It was: DELETE set disabled_at, the listing still said enabled: true, while routing
+    and the key had stopped."""
+    await client.post("/v1/agents", json={"name": "Add_Changes_Agent"})
+    assert (await client.delete("/v1/agents/Add_Changes_Agent")).status_code == 204
+    listed = _listed((await client.get("/v1/agents")).json(), "Add_Changes_Agent")
+    assert listed["enabled"] is False
+    assert (await client.get("/v1/agents/Add_Changes_Agent")).json()["enabled"] is False
+    assert "Add_Changes_Agent" not in str((await client.get("/v1/skills")).json())
+
+    # Changing another setting meanwhile does not write the shown false into the setting:
+    # a new key brings the agent back enabled.
+    patched = await client.patch("/v1/agents/Add_Changes_Agent", json={"timeout_ms": 2000})
+    assert patched.json()["enabled"] is False
+    rotated = await client.post("/v1/agents/Add_Changes_Agent/key")
+    assert rotated.json()["agent"]["enabled"] is True
+    assert rotated.json()["agent"]["disabled_at"] is None
+
+
+async def test_an_agent_switched_off_stays_off_through_a_new_key(
+    client: httpx.AsyncClient,
+) -> None:
+    await client.post("/v1/agents", json={"name": "Add_Changes_Agent"})
+    off = await client.patch("/v1/agents/Add_Changes_Agent", json={"enabled": False})
+    assert off.json()["enabled"] is False
+    await client.delete("/v1/agents/Add_Changes_Agent")
+    rotated = await client.post("/v1/agents/Add_Changes_Agent/key")
+    assert rotated.json()["agent"]["enabled"] is False
+    on = await client.patch("/v1/agents/Add_Changes_Agent", json={"enabled": True})
+    assert on.json()["enabled"] is True
 
 
 async def test_the_admin_name_is_reserved(client: httpx.AsyncClient) -> None:
