@@ -248,7 +248,7 @@ def create_app(
         request_class=JsonRequest,
         plugins=[StrictRequestModels()],
         exception_handlers=EXCEPTION_HANDLERS,
-        request_max_body_size=settings.server.max_body_bytes,
+        request_max_body_size=settings.max_body_bytes,
         lifespan=[lifespan],
         state=State(
             {

@@ -22,7 +22,9 @@ class ServerSettings(BaseSettings):
 
     host: str = "127.0.0.1"
     port: int = Field(default=8080, ge=1, le=65535)
-    max_body_bytes: PositiveInt = 1024 * 1024
+    # Request bodies above this get 413. Unset: room for the largest memory content plus
+    # its envelope (Settings.max_body_bytes).
+    max_body_bytes: PositiveInt | None = None
     # After an answer given before the request body was read (413, 401, 404, ...), read and
     # discard the rest of the body, at most this many bytes for at most this long, before
     # finishing the answer. A client that writes its whole body before reading (urllib,
@@ -179,6 +181,12 @@ class WebhookSettings(BaseSettings):
     signature_tolerance: timedelta = timedelta(minutes=5)
 
 
+# What a body carries besides a memory's content: the other fields of a memory write, a
+# by-key upsert or the webhook's memory request (ids, names, a key: under 2 KiB), with room
+# to spare for whitespace around them.
+BODY_ENVELOPE_BYTES = 64 * 1024
+
+
 class Settings(BaseSettings):
     """All settings; each group reads its own prefix."""
 
@@ -193,3 +201,11 @@ class Settings(BaseSettings):
     coordination: CoordinationSettings = Field(default_factory=CoordinationSettings)
     scheduler: SchedulerSettings = Field(default_factory=SchedulerSettings)
     webhooks: WebhookSettings = Field(default_factory=WebhookSettings)
+
+    @property
+    def max_body_bytes(self) -> int:
+        """The request body limit: ``SWITCHBOARD_MAX_BODY_BYTES`` if set, else the memory
+        content limit plus ``BODY_ENVELOPE_BYTES``, so the largest content can arrive."""
+        if self.server.max_body_bytes is not None:
+            return self.server.max_body_bytes
+        return self.memories.max_content_bytes + BODY_ENVELOPE_BYTES

@@ -138,6 +138,52 @@ class TestContentLimit:
         assert body["errors"] == [{"field": "content", "message": "1001 bytes"}]
 
 
+MIB = 1024 * 1024
+
+
+async def test_content_of_the_documented_limit_fits_through_every_write(
+    client: httpx.AsyncClient,
+) -> None:
+    """1 MiB of content used to be refused with 413: the 1 MiB body limit counted the
+    envelope too. The default body limit leaves room for it (BODY_ENVELOPE_BYTES)."""
+    from app.settings import BODY_ENVELOPE_BYTES
+
+    user_id = await create_user(client)
+    largest = "x" * (MIB - 2)  # two quotes make 1 MiB serialized
+    posted = await client.post("/v1/memories", json=memory(user_id, content=largest))
+    assert posted.status_code == 201, posted.text[:300]
+    assert posted.json()["content_size"] == MIB
+    upsert = {"user_id": user_id, "category": "session_data", "key": "big", "content": largest}
+    put = await client.put("/v1/memories/by-key", json={**upsert, "memory_type": "orchestrator"})
+    assert put.status_code == 201, put.text[:300]
+    hook = {
+        "agent_name": "Orchestrator_Agent",
+        "user_id": user_id,
+        "memory_type": "orchestrator",
+        "memory_content": largest,
+    }
+    assert (await client.post("/webhooks/n8n/memory", json=hook)).status_code == 200
+
+    # One byte more is the content limit's 413, naming the field, not the body limit's.
+    over = assert_problem(
+        await client.post("/v1/memories", json=memory(user_id, content=largest + "x")), 413
+    )
+    assert over["errors"] == [{"field": "content", "message": f"{MIB + 1} bytes"}]
+    # A batch is one body: together its contents fit in the body limit, each in its own.
+    part = "x" * (MIB // 2 + BODY_ENVELOPE_BYTES // 2)
+    batch = [memory(user_id, content=part), memory(user_id, content=part)]
+    too_big = assert_problem(await client.post("/v1/memories", json=batch), 413)
+    assert too_big["type"].endswith(":payload-too-large")
+    body = b"[" + b" " * (MIB + BODY_ENVELOPE_BYTES) + b"]"
+    assert_problem(
+        await client.post(
+            "/v1/memories", content=body, headers={"content-type": "application/json"}
+        ),
+        413,
+    )
+    assert len((await client.get("/v1/memories", params={"user_id": user_id})).json()["items"]) == 3
+
+
 async def test_batch_is_all_or_nothing(client: httpx.AsyncClient) -> None:
     user_id = await create_user(client)
     good = [memory(user_id, content={"i": i}) for i in range(5)]
