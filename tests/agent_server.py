@@ -26,6 +26,8 @@ class AgentServer:
         }
     )
     status: int = 200
+    # With behaviour "ok": these bytes instead of ``reply`` (JSON orjson cannot write).
+    raw_reply: bytes | None = None
     # With behaviour "close" or "fail": answer normally from this request number on.
     heal_after: int | None = None
     # Awaited before each answer: lets a test change things while the agent "works".
@@ -104,6 +106,8 @@ class AgentServer:
                 payload, status = b'{"error": "boom"}', 500
             elif self.behaviour == "garbage":
                 payload, status = b"<html>not json at all", 200
+            elif self.raw_reply is not None:
+                payload, status = self.raw_reply, self.status
             else:
                 payload, status = orjson.dumps(self.reply), self.status
             writer.write(

@@ -14,8 +14,10 @@ import httpx
 import orjson
 from pydantic import ValidationError
 
+from app.common.jsonbody import decode_json
 from app.coordination.breaker import AsyncCircuitBreaker, BreakerOpen
 from app.coordination.schemas import AgentResponse, RoutingAgent
+from app.errors import BadRequest, ValidationFailed
 
 
 class AgentCallFailed(Exception):
@@ -115,8 +117,16 @@ class AgentClient:
         if reply.status_code >= 400:
             raise AgentCallFailed(f"agent answered HTTP {reply.status_code}", retryable=False)
         try:
-            response = AgentResponse.model_validate(orjson.loads(reply.content))
-        except (orjson.JSONDecodeError, ValidationError):
+            # The same rule as for a client's body: an answer holding what the service
+            # cannot store (a NUL, an integer past 64 bits) is no answer, not a 422 for
+            # the client whose message it was.
+            response = AgentResponse.model_validate(decode_json(reply.content))
+        except ValidationFailed as exc:
+            fields = ", ".join(e["field"] for e in exc.extensions.get("errors", []))
+            raise AgentCallFailed(
+                f"agent answered values that cannot be stored ({fields})", retryable=False
+            ) from None
+        except (BadRequest, ValidationError):
             raise AgentCallFailed("agent answered malformed JSON", retryable=False) from None
         if not response.success:
             details = response.error_details

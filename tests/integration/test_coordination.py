@@ -405,6 +405,31 @@ async def test_a_misbehaving_agent_gets_a_fallback_never_a_500(
     assert decision["error"]
 
 
+@pytest.mark.parametrize(
+    ("raw", "field"),
+    [
+        (b'{"success": true, "output_data": {"response": "hi\\u0000"}}', "output_data.response"),
+        (b'{"success": true, "output_data": {"n": 18446744073709551616}}', "output_data.n"),
+    ],
+    ids=["nul", "integer-past-64-bits"],
+)
+async def test_an_answer_the_service_cannot_store_gets_a_fallback(
+    client: httpx.AsyncClient, agent: AgentServer, raw: bytes, field: str
+) -> None:
+    """A NUL in an agent's answer used to reach PostgreSQL and turn the user's message into
+    422 "The database rejected a value"; a huge integer became a float on the way."""
+    await configure(client, "Educate_Customer_Agent", url=agent.url, retry_attempts=0)
+    agent.raw_reply = raw
+    session = await create_session(client)
+    result = await send(client, session["session_id"], "what is compound interest")
+    assert result["degraded"] is True
+    assert result["fallback"] == "static_educational_content"
+    decision = (await client.get(f"/v1/sessions/{session['session_id']}/decisions")).json()[
+        "items"
+    ][0]
+    assert field in decision["error"]
+
+
 async def test_agent_reporting_failure_falls_back(
     client: httpx.AsyncClient, agent: AgentServer
 ) -> None:
