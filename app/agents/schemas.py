@@ -7,10 +7,17 @@ from datetime import datetime
 from typing import Annotated, Any
 from uuid import UUID
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    model_validator,
+)
 
 from app.auth.principal import ADMIN_NAME
-from app.common.validation import StoredHttpUrl
+from app.common.validation import StoredHttpUrl, reject_deep_json
 
 
 def _not_the_admin(name: str) -> str:
@@ -37,6 +44,11 @@ class AgentSkill(BaseModel):
     """An A2A-style skill: what an agent can do, with examples and tags for routing."""
 
     model_config = ConfigDict(extra="allow")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _bounded_depth(cls, value: Any) -> Any:
+        return reject_deep_json(value)  # extra fields are stored as sent
 
     id: Annotated[str, StringConstraints(min_length=1, max_length=100)]
     name: Annotated[str, StringConstraints(min_length=1, max_length=200)]
@@ -77,6 +89,11 @@ class AgentCard(BaseModel):
     """An A2A Agent Card, as an agent publishes it (unknown fields are kept)."""
 
     model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _bounded_depth(cls, value: Any) -> Any:
+        return reject_deep_json(value)  # the card is stored and shown as published
 
     name: Annotated[str, StringConstraints(min_length=1, max_length=200)]
     description: Annotated[str, StringConstraints(max_length=2000)] = ""

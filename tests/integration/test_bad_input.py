@@ -242,3 +242,17 @@ async def test_a_client_that_disconnects_mid_body_is_not_logged_as_a_server_erro
     assert sent[0]["status"] == 400
     assert [r for r in caplog.records if r.levelno >= logging.WARNING] == []
     assert any("disconnected" in r.getMessage() for r in caplog.records)
+
+
+async def test_an_agent_card_nested_past_the_limit_is_422(client: httpx.AsyncClient) -> None:
+    """Its extra fields are stored as published; they had no depth limit."""
+    nested: Any = "leaf"
+    for _ in range(MAX_JSON_DEPTH):
+        nested = {"n": nested}
+    card = {"name": "Planner", "url": "https://example.com/a", "capabilities": nested}
+    body = assert_problem(await client.post("/v1/agents/Make_Plan_Agent/card", json=card), 422)
+    assert body["errors"][0]["field"] == "$"
+    skill = {"id": "plan", "name": "Plan", "extra": nested}
+    changed = await client.patch("/v1/agents/Make_Plan_Agent", json={"skills": [skill]})
+    assert assert_problem(changed, 422)["errors"][0]["field"] == "skills.0"
+    assert_problem(await client.get("/v1/agents/Make_Plan_Agent/card"), 404)
