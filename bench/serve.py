@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -14,6 +15,23 @@ import httpx
 import uvicorn
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def memory_kib(pid: int, field: str = "VmRSS") -> int:
+    """A memory figure of a process from /proc/<pid>/status, in KiB: ``VmRSS`` (resident
+    now) or ``VmHWM`` (the peak resident set so far)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(f"{field}:"):
+            return int(line.split()[1])
+    raise LookupError(f"no {field} in /proc/{pid}/status")
 
 
 def spawn(
