@@ -29,6 +29,18 @@ class ServerSettings(BaseSettings):
     # requests, httpx) then reads the answer instead of a connection reset. 0 turns it off.
     linger_max_bytes: NonNegativeInt = 64 * 1024 * 1024
     linger_seconds: float = Field(default=5.0, ge=0)
+    # What a request head may be before anything else is read (app/server.py; nginx's
+    # limits are the model). More header fields, or more bytes of request line and fields:
+    # 431 (414 for a request target alone over the bytes). Not whole within the timeout of
+    # the connection's start (or of a later request's first byte): 408 and close.
+    max_header_fields: PositiveInt = 100
+    max_header_bytes: PositiveInt = 16 * 1024
+    header_timeout: float = Field(default=10.0, gt=0)
+    # Seconds a kept-alive connection may stay idle between requests (uvicorn's default).
+    keep_alive_timeout: PositiveInt = 5
+    # Connections open at once, or requests in progress, per server process; one more is
+    # answered 503 and closed. Each costs a file descriptor (ulimit -n must be above this).
+    max_connections: PositiveInt = 1000
     log_level: str = "INFO"
     # Requests per second each key may make (per replica), and the burst it may save up;
     # 0 turns rate limiting off.

@@ -1,5 +1,6 @@
-"""Serve one benchmark target the same way for every target: uvicorn, one worker, uvloop,
-httptools, no access log. ``python -m bench.serve ceiling|switchboard PORT``."""
+"""Serve one benchmark target the same way for every target, and as ``switchboard serve``
+does (app/server.py: uvicorn, one worker, uvloop, httptools with the head limits), with no
+access log. ``python -m bench.serve ceiling|switchboard PORT``."""
 
 from __future__ import annotations
 
@@ -12,7 +13,6 @@ import time
 from pathlib import Path
 
 import httpx
-import uvicorn
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -61,29 +61,25 @@ def spawn(
 def main() -> None:
     """Start the named target on 127.0.0.1:PORT."""
     target, port = sys.argv[1], int(sys.argv[2])
+    from app.server import run, uvicorn_config
+    from app.settings import Settings
+
+    settings = Settings()
     if target == "ceiling":
         from bench.ceiling import app
     else:
         from app.asgi import create_app
-        from app.settings import Settings
 
         app = create_app(
-            Settings(),
+            settings,
             database_url=os.environ["SWITCHBOARD_DATABASE_URL"],
             admin_key=os.environ["SWITCHBOARD_ADMIN_KEY"],
             run_scheduler=False,
         )
-    uvicorn.run(
-        app,
-        host="127.0.0.1",
-        port=port,
-        workers=1,
-        loop="uvloop",
-        http="httptools",
-        access_log=False,
-        log_level="warning",
-        server_header=False,
+    config = uvicorn_config(
+        app, settings.server, host="127.0.0.1", port=port, log_level="warning", access_log=False
     )
+    sys.exit(0 if run(config) else 1)
 
 
 if __name__ == "__main__":
