@@ -20,7 +20,7 @@ from app.auth.keys import generate_key, hash_key, same_digest
 from app.auth.principal import ADMIN, ROLES_CHECKED_IN_CODE, Principal
 from app.clock import Clock
 from app.db.pool import Connection, Database
-from app.errors import Conflict, Forbidden, NotFound, ValidationFailed
+from app.errors import Conflict, NotFound, ValidationFailed
 
 
 class AgentService:
@@ -113,10 +113,9 @@ class AgentService:
             raise NotFound(f"No agent named {name!r}.")
         return AgentWithKey(agent=agent, api_key=key)
 
-    async def publish_card(self, name: str, card: AgentCard, principal: Principal) -> Agent:
-        """Store an agent's A2A card (admin, or the agent itself); its url and skills route."""
-        if not principal.is_admin and principal.name != name:
-            raise Forbidden("An agent may publish only its own card.")
+    async def publish_card(self, name: str, card: AgentCard) -> Agent:
+        """Store an agent's A2A card; its url and skills route. Who may (the admin or the
+        agent itself) is the route's guard, decided before the body is read."""
         raw = card.model_dump(mode="json", by_alias=True, exclude_none=True)
         skills = [skill.model_dump(mode="json") for skill in card.skills]
         async with self._db.transaction() as conn:
