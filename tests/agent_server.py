@@ -34,6 +34,8 @@ class AgentServer:
     # Raw bodies and lower-cased headers of every request, for signature checks.
     bodies: list[bytes] = field(default_factory=list)
     headers: list[dict[str, str]] = field(default_factory=list)
+    # Connections accepted, whether or not a request came over them.
+    connections: int = 0
     _server: asyncio.Server | None = None
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)
     _stopping: asyncio.Event = field(default_factory=asyncio.Event)
@@ -67,6 +69,7 @@ class AgentServer:
         assert task is not None
         self._tasks.add(task)
         self._writers.add(writer)
+        self.connections += 1
         try:
             await self._serve(reader, writer)
         except (ConnectionError, asyncio.IncompleteReadError):
