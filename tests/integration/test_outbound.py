@@ -4,9 +4,11 @@ connection when the address a name resolves to is not allowed."""
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import timedelta
 from ipaddress import ip_address, ip_network
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -18,7 +20,7 @@ from app.clock import Clock, FrozenClock
 from app.db.pool import Database
 from app.maintenance.events import EventService
 from app.outbound.policy import IPAddress, OutboundPolicy
-from app.outbound.transport import outbound_client
+from app.outbound.transport import OutboundTransport, outbound_client
 from app.settings import (
     CoordinationSettings,
     DatabaseSettings,
@@ -216,7 +218,7 @@ async def test_dns_rebinding_between_registration_and_call_does_not_pass(
     arrives there although the name exists in no DNS, keeping its Host header: the
     connection goes to the address the policy checked, not to a second lookup."""
     resolver = RebindingResolver(first="198.51.100.7", later="127.0.0.1")
-    port = agent.url.rsplit(":", 1)[1].split("/", 1)[0]
+    port = agent.port
     url = f"http://educator.rebinding.test:{port}/agent"
     app = await _app_with_resolver(database_url, outbound, resolver)
     async with lifespan_of(app), app_client(app, {"Authorization": f"Bearer {ADMIN_KEY}"}) as c:
@@ -238,6 +240,34 @@ async def test_dns_rebinding_between_registration_and_call_does_not_pass(
     else:
         assert answer.json()["degraded"] is True
         assert agent.connections == 0
+
+
+CERTS = Path(__file__).resolve().parent.parent / "certs"
+
+
+async def test_tls_is_verified_against_the_url_name_not_the_address_connected_to() -> None:
+    """The transport connects to 127.0.0.1 itself; TLS still sends the URL's name (SNI) and
+    checks the certificate against it. The certificate names only educator.rebinding.test,
+    so a check against the address would fail."""
+    server_tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server_tls.load_cert_chain(CERTS / "educator.pem", CERTS / "educator.key")
+    agent = await AgentServer().start(tls=server_tls)
+    trusted = ssl.create_default_context(cafile=str(CERTS / "educator.pem"))
+
+    async def to_loopback(host: str, port: int) -> list[IPAddress]:
+        return [ip_address("127.0.0.1")]
+
+    policy = OutboundPolicy(LOOSE, to_loopback)
+    try:
+        transport = OutboundTransport(policy, verify=trusted)
+        async with httpx.AsyncClient(transport=transport, trust_env=False) as http:
+            named = await http.post(f"https://educator.rebinding.test:{agent.port}/agent", json={})
+            assert named.status_code == 200, named.text
+            assert agent.headers[0]["host"] == f"educator.rebinding.test:{agent.port}"
+            with pytest.raises(httpx.ConnectError, match="CERTIFICATE_VERIFY_FAILED"):
+                await http.post(f"https://127.0.0.1:{agent.port}/agent", json={})
+    finally:
+        await agent.stop()
 
 
 class TestEventDelivery:
