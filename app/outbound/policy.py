@@ -53,9 +53,11 @@ LINK_LOCAL_NETWORKS = _networks("169.254.0.0/16", "fe80::/10")
 PRIVATE_NETWORKS = _networks(
     "10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "fc00::/7", "100.64.0.0/10"
 )
-# IPv6 addresses that carry an IPv4 address a gateway may forward to: NAT64's well-known
-# prefix (6to4 and IPv4-mapped addresses have their own properties).
+# IPv6 addresses that carry an IPv4 address a stack or gateway may use: NAT64's well-known
+# prefix and the deprecated IPv4-compatible form (6to4 and IPv4-mapped addresses have
+# their own properties).
 _NAT64 = ipaddress.ip_network("64:ff9b::/96")
+_IPV4_COMPATIBLE = ipaddress.ip_network("::/96")
 
 
 class OutboundRefused(httpx.TransportError):
@@ -100,7 +102,8 @@ def _views(address: IPAddress) -> list[IPAddress]:
     views: list[IPAddress] = [address]
     if isinstance(address, IPv6Address):
         embedded = address.ipv4_mapped or address.sixtofour
-        if embedded is None and address in _NAT64:
+        compatible = address in _IPV4_COMPATIBLE and int(address) > 1  # not :: nor ::1
+        if embedded is None and (address in _NAT64 or compatible):
             embedded = IPv4Address(int(address) & 0xFFFFFFFF)
         if embedded is not None:
             views.append(embedded)
@@ -121,11 +124,6 @@ class OutboundPolicy:
         self._allow_hosts = [HostPattern(normalise_host(h)) for h in settings.allow_hosts]
         self._deny_hosts = [HostPattern(normalise_host(h)) for h in settings.deny_hosts]
         self._allow_networks = tuple(settings.allow_networks)
-
-    @property
-    def resolve_timeout(self) -> float:
-        """Seconds a registration waits for a host name to resolve."""
-        return self._settings.resolve_timeout
 
     def refusal_for_url(self, url: httpx.URL) -> str | None:
         """Why ``url`` may not be called on its face (scheme, host name, literal address),

@@ -84,6 +84,7 @@ async def loose_admin(
 
 REFUSED = {
     "metadata": "http://169.254.169.254/latest/meta-data/iam/security-credentials/",
+    "metadata-as-one-number": "http://2852039166/latest/meta-data/",
     "loopback-v4": "http://127.0.0.1:5678/webhook/agent",
     "loopback-v6": "http://[::1]:5678/webhook/agent",
     "denied-network": "http://203.0.113.7/agent",

@@ -76,6 +76,7 @@ def test_the_defaults_refuse_loopback_and_link_local_and_allow_private() -> None
         "http://[::ffff:127.0.0.1]/",
         "http://[64:ff9b::a9fe:a9fe]/",  # NAT64 of the metadata address
         "http://[2002:7f00:1::]/",  # 6to4 of 127.0.0.1
+        "http://[::127.0.0.1]/",  # IPv4-compatible (deprecated)
     ],
 )
 def test_refused_by_default(url: str) -> None:
@@ -196,6 +197,14 @@ async def test_localhost_is_refused_through_the_system_resolver() -> None:
     why = await policy.registration_refusal("http://localhost:5678/webhook")
     assert why is not None
     assert "loopback" in why
+
+
+@pytest.mark.parametrize("host", ["2852039166", "0xa9.0xfe.0xa9.0xfe", "0x7f.1", "127.1"])
+async def test_odd_spellings_of_an_address_are_refused_once_resolved(host: str) -> None:
+    """The HTTP client passes such hosts to the resolver, which reads them as addresses
+    (URLs registered through the API are stored already normalised by the URL parser)."""
+    with pytest.raises(OutboundRefused):
+        await OutboundPolicy(settings()).usable_addresses(host, 80)
 
 
 def test_lists_come_comma_separated_from_the_environment(
