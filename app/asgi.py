@@ -10,7 +10,6 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-import httpx
 from litestar import Litestar, Request
 from litestar.datastructures import State
 from litestar.di import Provide
@@ -56,6 +55,8 @@ from app.memories.controller import (
 )
 from app.memories.service import MemoryService
 from app.metrics import MetricsController, RequestMetrics, metrics_middleware
+from app.outbound.policy import OutboundPolicy, Resolver
+from app.outbound.transport import outbound_client
 from app.sessions.controller import SessionController, UserSessionsController
 from app.sessions.service import SessionService
 from app.settings import Settings
@@ -104,16 +105,23 @@ def create_app(
     admin_key: str,
     clock: Clock | None = None,
     run_scheduler: bool | None = None,
+    resolver: Resolver | None = None,
 ) -> Litestar:
     """Build the application. Resolving the URL and admin key is the caller's job.
 
     The maintenance scheduler runs in-process when ``run_scheduler`` (default: the
-    ``SWITCHBOARD_SCHEDULER_ENABLED`` setting) is true."""
+    ``SWITCHBOARD_SCHEDULER_ENABLED`` setting) is true. ``resolver`` turns host names into
+    addresses for the outbound policy (default: the system resolver)."""
     clock = clock or SystemClock()
     replica = replica_name()
     database = Database(database_url, settings.database)
+    outbound = OutboundPolicy(settings.outbound, resolver)
     agent_service = AgentService(
-        database, clock, admin_key, key_cache_seconds=settings.auth.key_cache_seconds
+        database,
+        clock,
+        admin_key,
+        outbound=outbound,
+        key_cache_seconds=settings.auth.key_cache_seconds,
     )
     user_service = UserService(database, clock)
     session_service = SessionService(database, clock, settings.sessions)
@@ -125,9 +133,10 @@ def create_app(
         sync_interval=settings.coordination.breaker_sync_seconds,
         replica_id=replica,
     )
-    # One HTTP client for every agent call: connection reuse, no per-call set-up. Deadlines
-    # are enforced per call (timeout_ms) by the dispatcher, not by httpx.
-    http = httpx.AsyncClient(timeout=None, follow_redirects=False)  # noqa: S113
+    # One HTTP client for every agent call and event delivery: connection reuse, no per-call
+    # set-up, the outbound policy on every connection. Deadlines are enforced per call
+    # (timeout_ms) by the dispatcher, not by httpx.
+    http = outbound_client(outbound)
     coordinator = CoordinationService(
         database,
         clock,
@@ -140,7 +149,7 @@ def create_app(
     maintenance = MaintenanceService(
         database, clock, settings.scheduler, settings.sessions, replica_id=replica
     )
-    events = EventService(database, clock, settings.scheduler, http)
+    events = EventService(database, clock, settings.scheduler, http, outbound)
     webhooks = WebhookService(
         database,
         clock,

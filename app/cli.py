@@ -66,6 +66,7 @@ def _agents(settings: Settings, args: argparse.Namespace) -> int:
     from app.clock import SystemClock
     from app.db.pool import Database
     from app.errors import SwitchboardError
+    from app.outbound.policy import OutboundPolicy
 
     async def run() -> int:
         database = Database(runtime.database_url(settings), settings.database)
@@ -74,7 +75,12 @@ def _agents(settings: Settings, args: argparse.Namespace) -> int:
         except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
             raise CommandFailed(f"cannot reach the database: {exc}") from exc
         try:
-            service = AgentService(database, SystemClock(), runtime.admin_key(settings))
+            service = AgentService(
+                database,
+                SystemClock(),
+                runtime.admin_key(settings),
+                outbound=OutboundPolicy(settings.outbound),
+            )
             if args.agents_command == "create":
                 created = await service.create_agent(
                     AgentCreate(name=args.name, roles=args.role)  # no --role: keep seeded

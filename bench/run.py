@@ -812,7 +812,9 @@ def _prepare_client(port: int) -> str:
     base = f"http://127.0.0.1:{port}"
     httpx.patch(
         f"{base}/v1/agents/Educate_Customer_Agent",
-        json={"url": "http://127.0.0.1:9/none"},
+        # A documentation address (TEST-NET-1): the outbound policy accepts it, and the
+        # open breaker means it is never called.
+        json={"url": "http://192.0.2.1:9/none"},
         headers=headers,
     ).raise_for_status()
     httpx.post(

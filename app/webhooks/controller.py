@@ -10,6 +10,7 @@ from litestar import Controller, Request, Response, post
 from litestar.di import NamedDependency
 from litestar.params import JSONBody
 
+from app.auth.guards import integration_key
 from app.auth.principal import Principal
 from app.clock import Clock
 from app.errors import PROBLEM_JSON
@@ -97,7 +98,12 @@ class N8nWebhookController(Controller):
             request, idempotency, data.idempotency_key, lambda: hooks.memory(request.user, data)
         )
 
-    @post("/cleanup", status_code=200, summary="Run a cleanup job (or all) now")
+    @post(
+        "/cleanup",
+        status_code=200,
+        guards=[integration_key],
+        summary="Run a cleanup job (or all) now",
+    )
     async def cleanup(
         self,
         request: AnyRequest,
@@ -110,5 +116,5 @@ class N8nWebhookController(Controller):
             request,
             idempotency,
             data.idempotency_key,
-            lambda: hooks.cleanup(request.user, data.job, data.dry_run),
+            lambda: hooks.cleanup(data.job, data.dry_run),
         )

@@ -8,7 +8,7 @@ from uuid import UUID
 
 import msgspec
 
-from app.auth.principal import INTEGRATION_ROLE, Principal
+from app.auth.principal import Principal
 from app.clock import Clock
 from app.coordination.schemas import MessageRequest
 from app.coordination.service import CoordinationService
@@ -22,11 +22,6 @@ from app.sessions.schemas import SessionCreate, SessionState
 from app.sessions.service import SessionService
 from app.users.service import UserService
 from app.webhooks import repository as repo
-
-
-def may_delegate(principal: Principal) -> bool:
-    """The n8n integration key: the admin, or an agent with the coordination_manager role."""
-    return principal.is_admin or INTEGRATION_ROLE in principal.roles
 
 
 class WebhookService:
@@ -171,10 +166,9 @@ class WebhookService:
             "next_cursor": page.next_cursor,
         }
 
-    async def cleanup(self, principal: Principal, job: str, dry_run: bool) -> dict[str, Any]:
-        """Run one job (or all) now; per-job counts."""
-        if not may_delegate(principal):
-            raise Forbidden("Cleanup needs the admin key or a coordination_manager agent key.")
+    async def cleanup(self, job: str, dry_run: bool) -> dict[str, Any]:
+        """Run one job (or all) now; per-job counts. Who may is the route's guard
+        (``integration_key``): it is decided before the body is read."""
         names = sorted(JOBS) if job == "all" else [self._maintenance.job(job).name]
         results: dict[str, Any] = {}
         total = 0
@@ -198,7 +192,7 @@ class WebhookService:
     async def _acting_for(self, principal: Principal, agent_name: str) -> Principal:
         if agent_name == principal.name and not principal.is_admin:
             return principal
-        if not may_delegate(principal):
+        if not principal.may_delegate:
             raise Forbidden(
                 f"This key may act only as {principal.name!r}; acting for other agents needs "
                 "the admin key or a coordination_manager agent key."
