@@ -32,6 +32,7 @@ from app.coordination.controller import (
 from app.coordination.dispatch import AgentClient
 from app.coordination.service import CoordinationService
 from app.db.pool import Database
+from app.db.presence import ReplicaPresence
 from app.erasure.service import ErasureService
 from app.errors import EXCEPTION_HANDLERS, UnsupportedMediaType
 from app.health.controller import HealthController
@@ -160,7 +161,17 @@ def create_app(
         memory_service,
         maintenance,
     )
-    idempotency = IdempotencyService(database, clock, settings.webhooks.idempotency_ttl)
+    lease = settings.webhooks.idempotency_lease
+    # One connection per replica, outside the pool: its lock says this process is alive.
+    presence = ReplicaPresence(
+        database_url,
+        replica,
+        check_interval=lease.total_seconds() / 3,
+        connect_timeout=settings.database.acquire_timeout,
+    )
+    idempotency = IdempotencyService(
+        database, clock, settings.webhooks.idempotency_ttl, lease, presence
+    )
     request_metrics = RequestMetrics()
     scheduler = (
         Scheduler(maintenance, events)
@@ -172,6 +183,8 @@ def create_app(
     async def lifespan(_: Litestar) -> AsyncIterator[None]:
         await database.open()
         try:
+            await presence.start()
+            await idempotency.start()
             await breakers.start()
             if scheduler is not None:
                 scheduler.start()
@@ -184,6 +197,8 @@ def create_app(
                 if scheduler is not None:
                     scheduler.shutdown()
                 await breakers.stop()
+                await idempotency.stop()
+                await presence.stop()
                 await http.aclose()
         finally:
             await database.close()

@@ -185,6 +185,12 @@ class WebhookSettings(BaseSettings):
     continuation_window: timedelta = timedelta(minutes=30)
     # How long a response stored under an Idempotency-Key is replayed.
     idempotency_ttl: timedelta = timedelta(hours=24)
+    # A key in progress is held by a lease its replica renews every lease/3 while the
+    # request runs. A retry takes the key over at once when the holder's process died, and
+    # after this long when the holder is alive but stopped renewing (frozen, cut off from
+    # PostgreSQL). Shorter frees such keys sooner but lets a replica stalled this long
+    # (a pause, a database outage) be taken over while its request still runs.
+    idempotency_lease: timedelta = Field(default=timedelta(seconds=15), gt=timedelta(0))
     # Shared secret for optional HMAC signatures (X-Switchboard-Signature).
     secret: str | None = Field(default=None, min_length=16)
     # Refuse unsigned calls (needs a secret).
