@@ -12,8 +12,9 @@ carries a lease this service renews every lease/3 while the request runs. A repe
 the holder lives gets 409 with Retry-After (as Stripe answers concurrent requests); a
 repeat after it died takes the key over at once, or within the lease if the holder is
 alive but cut off. The claim's token fences the holder: it completes or forgets only its
-own claim. A request whose process died after its changes committed but before its
-answer was stored runs again on the retry (docs/design.md).
+own claim. An effect that is one database transaction (a memory write) stores its answer
+in that transaction (``Seal``), so it happens exactly once even when the process dies
+between the two; other effects are at least once across a crash (docs/design.md).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from uuid import UUID
 import orjson
 
 from app.clock import Clock
-from app.db.pool import Database
+from app.db.pool import Connection, Database
 from app.db.presence import ReplicaPresence
 from app.errors import (
     Conflict,
@@ -46,6 +47,11 @@ logger = logging.getLogger("switchboard.idempotency")
 
 # Seconds a repeat is told to wait while the first request still runs.
 RETRY_AFTER_SECONDS = 1
+
+# Stores a successful (200) answer on the caller's connection, inside its transaction, so
+# the effect and the answer commit together. Raises Conflict if the key was taken over
+# meanwhile, which rolls the effect back.
+Seal = Callable[[Connection, dict[str, Any]], Awaitable[None]]
 
 
 def worth_retrying(status: int) -> bool:
@@ -71,13 +77,24 @@ def request_hash(endpoint: str, body: dict[str, Any]) -> bytes:
     ).digest()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Claim:
     """This request's hold on its key; every write to the key names the token."""
 
     principal: str
     key: str
     token: UUID
+    sealed: bool = False
+
+    async def seal(self, conn: Connection, body: dict[str, Any]) -> None:
+        """Store ``body`` as the 200 answer, on the caller's connection and transaction."""
+        if not await repo.complete_key(conn, self.principal, self.key, self.token, 200, body):
+            raise Conflict(
+                "This request's Idempotency-Key was taken over by a retry while it ran; its "
+                "change was not made. Retry to get the answer.",
+                retryable=True,
+            )
+        self.sealed = True
 
 
 class IdempotencyService:
@@ -123,11 +140,12 @@ class IdempotencyService:
         key: str | None,
         endpoint: str,
         body: dict[str, Any],
-        handler: Callable[[], Awaitable[tuple[int, dict[str, Any]]]],
+        handler: Callable[[Seal | None], Awaitable[tuple[int, dict[str, Any]]]],
     ) -> StoredResponse:
-        """Run ``handler`` (or replay its stored response) under ``key``."""
+        """Run ``handler`` (or replay its stored response) under ``key``. The handler gets
+        a ``Seal`` (None without a key) to store its answer with its effect."""
         if key is None:
-            status, payload = await handler()
+            status, payload = await handler(None)
             return StoredResponse(status, payload, replayed=False, problem=False)
         if not 1 <= len(key) <= 255:
             raise ValidationFailed(
@@ -149,10 +167,10 @@ class IdempotencyService:
         self,
         claim: Claim,
         endpoint: str,
-        handler: Callable[[], Awaitable[tuple[int, dict[str, Any]]]],
+        handler: Callable[[Seal | None], Awaitable[tuple[int, dict[str, Any]]]],
     ) -> StoredResponse:
         try:
-            status, payload = await handler()
+            status, payload = await handler(claim.seal)
             problem = False
         except SwitchboardError as error:
             if worth_retrying(error.status):
@@ -165,18 +183,19 @@ class IdempotencyService:
         except BaseException:
             await self._forget(claim)
             raise
-        # One statement: it commits on its own, no BEGIN/COMMIT round trips needed.
-        async with self._db.connection() as conn:
-            stored = await repo.complete_key(
-                conn, claim.principal, claim.key, claim.token, status, payload
-            )
-        if not stored:
-            logger.warning(
-                "Idempotency-Key %r of %s was taken over while its request ran (its lease "
-                "ran out); the retry's answer is the one stored",
-                claim.key,
-                claim.principal,
-            )
+        if not claim.sealed:
+            # One statement: it commits on its own, no BEGIN/COMMIT round trips needed.
+            async with self._db.connection() as conn:
+                stored = await repo.complete_key(
+                    conn, claim.principal, claim.key, claim.token, status, payload
+                )
+            if not stored:
+                logger.warning(
+                    "Idempotency-Key %r of %s was taken over while its request ran (its "
+                    "lease ran out); the retry's answer is the one stored",
+                    claim.key,
+                    claim.principal,
+                )
         return StoredResponse(status, payload, replayed=False, problem=problem)
 
     async def _claim(

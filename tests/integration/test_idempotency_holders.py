@@ -24,12 +24,18 @@ import asyncpg
 import httpx
 import pytest
 
-from app.settings import DatabaseSettings, Settings, WebhookSettings
-from app.webhooks.idempotency import request_hash
+from app.auth.principal import ADMIN
+from app.clock import SystemClock
+from app.db.pool import Connection, Database
+from app.errors import Conflict
+from app.memories.schemas import Memory, MemoryWrite
+from app.memories.service import MemoryService
+from app.settings import DatabaseSettings, MemorySettings, Settings, WebhookSettings
+from app.webhooks.idempotency import IdempotencyService, Seal, request_hash
 from bench.serve import spawn
 from tests.agent_server import AgentServer
 from tests.conftest import ADMIN_KEY, LOOPBACK_ALLOWED
-from tests.integration.helpers import assert_problem
+from tests.integration.helpers import assert_problem, create_user
 
 LEASE = timedelta(seconds=1)
 COORDINATION = "/webhooks/n8n/coordination"
@@ -255,3 +261,44 @@ async def test_a_claim_written_before_leases_keeps_its_12_minutes(
         await conn.close()
     retry = await client.post("/webhooks/n8n/cleanup", json=body, headers=headers)
     assert retry.status_code == 200, retry.text
+
+
+async def test_a_write_whose_key_was_taken_over_meanwhile_is_rolled_back(
+    client: httpx.AsyncClient, database_url: str
+) -> None:
+    """The token fences the holder: a memory write sealed under a key another request took
+    over is not made (that request makes it), and the other claim stays untouched."""
+    user_id = await create_user(client)
+    database = Database(database_url, DatabaseSettings(pool_min_size=1, pool_max_size=2))
+    await database.open()
+    try:
+        service = IdempotencyService(database, SystemClock(), timedelta(hours=24), LEASE)
+        memories = MemoryService(database, SystemClock(), MemorySettings())
+
+        async def handler(seal: Seal | None) -> tuple[int, dict[str, Any]]:
+            assert seal is not None
+            async with database.connection() as conn:  # a retry took the key over
+                await conn.execute(
+                    "UPDATE idempotency_keys SET lease_token = gen_random_uuid(),"
+                    " lease_owner = 'thief' WHERE key = 'exec-fenced'"
+                )
+
+            async def store(conn: Connection, stored: list[Memory]) -> None:
+                await seal(conn, {"memory_id": str(stored[0].memory_id)})
+
+            write = MemoryWrite(user_id=user_id, memory_type="data_collection", content=1)
+            await memories.write([write], ADMIN, batch=False, before_commit=store)
+            return 200, {"written": True}
+
+        with pytest.raises(Conflict) as raised:
+            await service.run("admin", "exec-fenced", "/webhooks/n8n/memory", {}, handler)
+        assert "taken over" in raised.value.detail
+        async with database.connection() as conn:
+            assert await conn.fetchval("SELECT count(*) FROM memories") == 0
+            row = await conn.fetchrow(
+                "SELECT status, lease_owner FROM idempotency_keys WHERE key = 'exec-fenced'"
+            )
+            assert row is not None
+            assert tuple(row) == ("in_progress", "thief")
+    finally:
+        await database.close()

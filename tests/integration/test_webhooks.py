@@ -24,7 +24,7 @@ from app.errors import (
     VersionConflict,
 )
 from app.settings import DatabaseSettings, Settings, WebhookSettings
-from app.webhooks.idempotency import IdempotencyService
+from app.webhooks.idempotency import IdempotencyService, Seal
 from tests.integration.helpers import assert_problem, create_session, create_user
 
 SECRET = "webhook-secret-0123456789"
@@ -186,7 +186,7 @@ async def test_only_outcomes_a_retry_cannot_change_are_replayed(
         )
         calls = 0
 
-        async def handler() -> tuple[int, dict[str, Any]]:
+        async def handler(_seal: Seal | None) -> tuple[int, dict[str, Any]]:
             nonlocal calls
             calls += 1
             if calls == 1:
