@@ -4,9 +4,10 @@
 -- Take the key for this request, in one statement: a key never seen; one whose stored
 -- answer expired; or one still in progress for this same request whose holder is gone: its
 -- lease ran out (the holder stopped renewing it: frozen, cut off, or it lost track of the
--- key) or its replica holds no presence lock (the process died). A claim with no owner was
--- written before leases and waits for its lease alone. No row back: the key is held by a
--- live request, or answered (replay it), or used for a different request.
+-- key) or its replica holds no presence lock (the process died). A claim with no owner
+-- (written before leases, or while its replica had lost its presence connection) waits for
+-- its lease alone. No row back: the key is held by a live request, or answered (replay
+-- it), or used for a different request.
 INSERT INTO idempotency_keys AS k
     (principal, key, endpoint, request_hash, status, created_at, expires_at,
      lease_owner, lease_token, lease_expires_at)
