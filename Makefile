@@ -52,8 +52,10 @@ drills: $(STAMP)
 	$(BIN)/python -m pytest -m drill $(PYTEST_ARGS)
 	$(BIN)/python -m drills.postgres_restart
 	$(BIN)/python -m drills.kill_during_sweep
+	$(BIN)/python -m drills.kill_during_webhook_writes
 	$(BIN)/python -m drills.three_replicas_one_day
 	$(BIN)/python -m drills.fuzz
+	$(BIN)/python -m drills.header_flood
 
 clean-data:
 	-$(BIN)/switchboard embedded-stop

@@ -10,7 +10,6 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-import httpx
 from litestar import Litestar, Request, Response
 from litestar.datastructures import State
 from litestar.di import Provide
@@ -37,6 +36,7 @@ from app.coordination.controller import (
 from app.coordination.dispatch import AgentClient
 from app.coordination.service import CoordinationService
 from app.db.pool import Database
+from app.db.presence import ReplicaPresence
 from app.erasure.service import ErasureService
 from app.errors import EXCEPTION_HANDLERS, UnsupportedMediaType
 from app.health.controller import HealthController
@@ -60,6 +60,8 @@ from app.memories.controller import (
 )
 from app.memories.service import MemoryService
 from app.metrics import MetricsController, RequestMetrics, metrics_middleware
+from app.outbound.policy import OutboundPolicy, Resolver
+from app.outbound.transport import outbound_client
 from app.sessions.controller import SessionController, UserSessionsController
 from app.sessions.service import SessionService
 from app.settings import Settings
@@ -121,16 +123,23 @@ def create_app(
     admin_key: str,
     clock: Clock | None = None,
     run_scheduler: bool | None = None,
+    resolver: Resolver | None = None,
 ) -> Litestar:
     """Build the application. Resolving the URL and admin key is the caller's job.
 
     The maintenance scheduler runs in-process when ``run_scheduler`` (default: the
-    ``SWITCHBOARD_SCHEDULER_ENABLED`` setting) is true."""
+    ``SWITCHBOARD_SCHEDULER_ENABLED`` setting) is true. ``resolver`` turns host names into
+    addresses for the outbound policy (default: the system resolver)."""
     clock = clock or SystemClock()
     replica = replica_name()
     database = Database(database_url, settings.database)
+    outbound = OutboundPolicy(settings.outbound, resolver)
     agent_service = AgentService(
-        database, clock, admin_key, key_cache_seconds=settings.auth.key_cache_seconds
+        database,
+        clock,
+        admin_key,
+        outbound=outbound,
+        key_cache_seconds=settings.auth.key_cache_seconds,
     )
     user_service = UserService(database, clock)
     session_service = SessionService(database, clock, settings.sessions)
@@ -142,9 +151,10 @@ def create_app(
         sync_interval=settings.coordination.breaker_sync_seconds,
         replica_id=replica,
     )
-    # One HTTP client for every agent call: connection reuse, no per-call set-up. Deadlines
-    # are enforced per call (timeout_ms) by the dispatcher, not by httpx.
-    http = httpx.AsyncClient(timeout=None, follow_redirects=False)  # noqa: S113
+    # One HTTP client for every agent call and event delivery: connection reuse, no per-call
+    # set-up, the outbound policy on every connection. Deadlines are enforced per call
+    # (timeout_ms) by the dispatcher, not by httpx.
+    http = outbound_client(outbound)
     coordinator = CoordinationService(
         database,
         clock,
@@ -157,7 +167,7 @@ def create_app(
     maintenance = MaintenanceService(
         database, clock, settings.scheduler, settings.sessions, replica_id=replica
     )
-    events = EventService(database, clock, settings.scheduler, http)
+    events = EventService(database, clock, settings.scheduler, http, outbound)
     webhooks = WebhookService(
         database,
         clock,
@@ -168,7 +178,17 @@ def create_app(
         memory_service,
         maintenance,
     )
-    idempotency = IdempotencyService(database, clock, settings.webhooks.idempotency_ttl)
+    lease = settings.webhooks.idempotency_lease
+    # One connection per replica, outside the pool: its lock says this process is alive.
+    presence = ReplicaPresence(
+        database_url,
+        replica,
+        check_interval=lease.total_seconds() / 3,
+        connect_timeout=settings.database.acquire_timeout,
+    )
+    idempotency = IdempotencyService(
+        database, clock, settings.webhooks.idempotency_ttl, lease, presence
+    )
     request_metrics = RequestMetrics()
     scheduler = (
         Scheduler(maintenance, events)
@@ -180,6 +200,8 @@ def create_app(
     async def lifespan(_: Litestar) -> AsyncIterator[None]:
         await database.open()
         try:
+            await presence.start()
+            await idempotency.start()
             await breakers.start()
             if scheduler is not None:
                 scheduler.start()
@@ -192,6 +214,8 @@ def create_app(
                 if scheduler is not None:
                     scheduler.shutdown()
                 await breakers.stop()
+                await idempotency.stop()
+                await presence.stop()
                 await http.aclose()
         finally:
             await database.close()

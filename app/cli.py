@@ -17,10 +17,9 @@ if TYPE_CHECKING:
 
 
 def _serve(settings: Settings, args: argparse.Namespace) -> int:
-    import uvicorn
-
     from app.asgi import create_app
     from app.db.migrate import upgrade
+    from app.server import run, uvicorn_config
 
     url = runtime.database_url(settings)
     if not args.no_migrate:
@@ -34,15 +33,7 @@ def _serve(settings: Settings, args: argparse.Namespace) -> int:
     host = args.host or settings.server.host
     port = args.port or settings.server.port
     print(f"Switchboard listening on http://{host}:{port}  (OpenAPI: /schema)", flush=True)
-    uvicorn.run(
-        app,
-        host=host,
-        port=port,
-        log_level=settings.server.log_level.lower(),
-        proxy_headers=False,
-        server_header=False,
-    )
-    return 0
+    return 0 if run(uvicorn_config(app, settings.server, host=host, port=port)) else 1
 
 
 def _scheduler(settings: Settings, _: argparse.Namespace) -> int:
@@ -75,6 +66,7 @@ def _agents(settings: Settings, args: argparse.Namespace) -> int:
     from app.clock import SystemClock
     from app.db.pool import Database
     from app.errors import SwitchboardError
+    from app.outbound.policy import OutboundPolicy
 
     async def run() -> int:
         database = Database(runtime.database_url(settings), settings.database)
@@ -83,7 +75,12 @@ def _agents(settings: Settings, args: argparse.Namespace) -> int:
         except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
             raise CommandFailed(f"cannot reach the database: {exc}") from exc
         try:
-            service = AgentService(database, SystemClock(), runtime.admin_key(settings))
+            service = AgentService(
+                database,
+                SystemClock(),
+                runtime.admin_key(settings),
+                outbound=OutboundPolicy(settings.outbound),
+            )
             if args.agents_command == "create":
                 created = await service.create_agent(
                     AgentCreate(name=args.name, roles=args.role)  # no --role: keep seeded

@@ -83,6 +83,14 @@ class Conflict(SwitchboardError):
     status, title, slug = 409, "Conflict", "conflict"
 
 
+class RequestInProgress(Conflict):
+    """A request with the same Idempotency-Key is running now; retry after ``retry_after``."""
+
+    def __init__(self, detail: str, retry_after: int) -> None:
+        super().__init__(detail, retryable=True)
+        self.retry_after = retry_after
+
+
 class VersionConflict(Conflict):
     """An optimistic write was based on a version that is no longer current."""
 
@@ -181,7 +189,7 @@ def handle_domain_error(request: Request[Any, Any, Any], exc: SwitchboardError) 
     response = problem_response(
         exc.status, exc.title, exc.slug, exc.detail, request.url.path, exc.extensions
     )
-    if isinstance(exc, RateLimited):
+    if isinstance(exc, RateLimited | RequestInProgress):
         response.headers["Retry-After"] = str(exc.retry_after)
     return response
 

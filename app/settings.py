@@ -7,10 +7,12 @@ environment at import time.
 from __future__ import annotations
 
 from datetime import timedelta
+from ipaddress import IPv4Network, IPv6Network
 from pathlib import Path
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, NonNegativeInt, PositiveInt
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field, NonNegativeInt, PositiveInt, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
@@ -31,6 +33,18 @@ class ServerSettings(BaseSettings):
     # requests, httpx) then reads the answer instead of a connection reset. 0 turns it off.
     linger_max_bytes: NonNegativeInt = 64 * 1024 * 1024
     linger_seconds: float = Field(default=5.0, ge=0)
+    # What a request head may be before anything else is read (app/server.py; nginx's
+    # limits are the model). More header fields, or more bytes of request line and fields:
+    # 431 (414 for a request target alone over the bytes). Not whole within the timeout of
+    # the connection's start (or of a later request's first byte): 408 and close.
+    max_header_fields: PositiveInt = 100
+    max_header_bytes: PositiveInt = 16 * 1024
+    header_timeout: float = Field(default=10.0, gt=0)
+    # Seconds a kept-alive connection may stay idle between requests (uvicorn's default).
+    keep_alive_timeout: PositiveInt = 5
+    # Connections open at once, or requests in progress, per server process; one more is
+    # answered 503 and closed. Each costs a file descriptor (ulimit -n must be above this).
+    max_connections: PositiveInt = 1000
     log_level: str = "INFO"
     # Requests per second each key may make (per replica), and the burst it may save up;
     # 0 turns rate limiting off.
@@ -173,12 +187,75 @@ class WebhookSettings(BaseSettings):
     continuation_window: timedelta = timedelta(minutes=30)
     # How long a response stored under an Idempotency-Key is replayed.
     idempotency_ttl: timedelta = timedelta(hours=24)
+    # A key in progress is held by a lease its replica renews every lease/3 while the
+    # request runs. A retry takes the key over at once when the holder's process died, and
+    # after this long when the holder is alive but stopped renewing (frozen, cut off from
+    # PostgreSQL). Shorter frees such keys sooner but lets a replica stalled this long
+    # (a pause, a database outage) be taken over while its request still runs.
+    idempotency_lease: timedelta = Field(default=timedelta(seconds=15), gt=timedelta(0))
     # Shared secret for optional HMAC signatures (X-Switchboard-Signature).
     secret: str | None = Field(default=None, min_length=16)
     # Refuse unsigned calls (needs a secret).
     require_signature: bool = False
     # Signed calls older (or newer) than this are replays.
     signature_tolerance: timedelta = timedelta(minutes=5)
+
+
+Scheme = Literal["http", "https"]
+_SCHEMES: tuple[Scheme, ...] = ("http", "https")
+
+
+def _comma_separated(value: Any) -> Any:
+    """``a, b,c`` from the environment as a list; a list stays as it is."""
+    if isinstance(value, str):
+        return [part.strip() for part in value.split(",") if part.strip()]
+    return value
+
+
+class OutboundSettings(BaseSettings):
+    """Where Switchboard may send session data: agent URLs and event subscribers.
+
+    Checked when a URL is registered (422) and on every connection, against the addresses
+    the host resolves to then. Cloud metadata addresses, "this network" (0.0.0.0/8),
+    multicast, broadcast and reserved addresses are refused whatever is set here. Lists
+    are comma-separated in the environment."""
+
+    model_config = SettingsConfigDict(env_prefix="SWITCHBOARD_OUTBOUND_", extra="ignore")
+
+    allowed_schemes: Annotated[list[Scheme], NoDecode] = Field(
+        default_factory=lambda: list(_SCHEMES), min_length=1
+    )
+    # Set, they are the only destinations: a host name listed (``*.example.com`` for any
+    # name below it) or an address in a network listed. They never reopen a denied address.
+    allow_hosts: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    allow_networks: Annotated[list[IPv4Network | IPv6Network], NoDecode] = Field(
+        default_factory=list
+    )
+    # Refused on top of the built-in refusals.
+    deny_hosts: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    deny_networks: Annotated[list[IPv4Network | IPv6Network], NoDecode] = Field(
+        default_factory=list
+    )
+    # 127.0.0.0/8 and ::1: other services on Switchboard's own host. Off by default; an
+    # n8n on the same machine (``make run`` beside ``n8n start``) needs it on.
+    allow_loopback: bool = False
+    # 10/8, 172.16/12, 192.168/16, fc00::/7 and 100.64/10: agents are usually n8n
+    # workflows and services on the same private network, so on by default.
+    allow_private: bool = True
+    # 169.254/16 and fe80::/10 (cloud metadata lives there).
+    allow_link_local: bool = False
+    # Seconds a registration waits for a host name to resolve; a name that does not
+    # resolve in time is accepted (connections are checked again).
+    resolve_timeout: float = Field(default=2.0, gt=0, le=30)
+
+    _split_lists = field_validator(
+        "allowed_schemes",
+        "allow_hosts",
+        "allow_networks",
+        "deny_hosts",
+        "deny_networks",
+        mode="before",
+    )(_comma_separated)
 
 
 # What a body carries besides a memory's content: the other fields of a memory write, a
@@ -201,6 +278,7 @@ class Settings(BaseSettings):
     coordination: CoordinationSettings = Field(default_factory=CoordinationSettings)
     scheduler: SchedulerSettings = Field(default_factory=SchedulerSettings)
     webhooks: WebhookSettings = Field(default_factory=WebhookSettings)
+    outbound: OutboundSettings = Field(default_factory=OutboundSettings)
 
     @property
     def max_body_bytes(self) -> int:

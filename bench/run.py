@@ -22,7 +22,6 @@ import platform
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -49,7 +48,7 @@ from app.db.migrate import upgrade  # noqa: E402
 from app.db.pool import Database  # noqa: E402
 from app.maintenance.service import MaintenanceService  # noqa: E402
 from app.settings import DatabaseSettings, SchedulerSettings, SessionSettings  # noqa: E402
-from bench.serve import spawn  # noqa: E402
+from bench.serve import free_port, spawn  # noqa: E402
 from tests import dbutil  # noqa: E402
 
 ADMIN = "bench-admin-key-0123456789abcdef"
@@ -72,13 +71,6 @@ class Mode:
 
 FULL = Mode("full", (16, 64), 2, 15, 10, 1_000_000, (10_000, 1_000_000, 10_000_000), 4)
 QUICK = Mode("quick", (16,), 1, 3, 2, 30_000, (10_000, 100_000), 2)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def pinned(cpu: int, cmd: list[str]) -> list[str]:
@@ -820,7 +812,9 @@ def _prepare_client(port: int) -> str:
     base = f"http://127.0.0.1:{port}"
     httpx.patch(
         f"{base}/v1/agents/Educate_Customer_Agent",
-        json={"url": "http://127.0.0.1:9/none"},
+        # A documentation address (TEST-NET-1): the outbound policy accepts it, and the
+        # open breaker means it is never called.
+        json={"url": "http://192.0.2.1:9/none"},
         headers=headers,
     ).raise_for_status()
     httpx.post(

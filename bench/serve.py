@@ -1,19 +1,37 @@
-"""Serve one benchmark target the same way for every target: uvicorn, one worker, uvloop,
-httptools, no access log. ``python -m bench.serve ceiling|switchboard PORT``."""
+"""Serve one benchmark target the same way for every target, and as ``switchboard serve``
+does (app/server.py: uvicorn, one worker, uvloop, httptools with the head limits), with no
+access log. ``python -m bench.serve ceiling|switchboard PORT``."""
 
 from __future__ import annotations
 
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import httpx
-import uvicorn
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def memory_kib(pid: int, field: str = "VmRSS") -> int:
+    """A memory figure of a process from /proc/<pid>/status, in KiB: ``VmRSS`` (resident
+    now) or ``VmHWM`` (the peak resident set so far)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(f"{field}:"):
+            return int(line.split()[1])
+    raise LookupError(f"no {field} in /proc/{pid}/status")
 
 
 def spawn(
@@ -43,29 +61,25 @@ def spawn(
 def main() -> None:
     """Start the named target on 127.0.0.1:PORT."""
     target, port = sys.argv[1], int(sys.argv[2])
+    from app.server import run, uvicorn_config
+    from app.settings import Settings
+
+    settings = Settings()
     if target == "ceiling":
         from bench.ceiling import app
     else:
         from app.asgi import create_app
-        from app.settings import Settings
 
         app = create_app(
-            Settings(),
+            settings,
             database_url=os.environ["SWITCHBOARD_DATABASE_URL"],
             admin_key=os.environ["SWITCHBOARD_ADMIN_KEY"],
             run_scheduler=False,
         )
-    uvicorn.run(
-        app,
-        host="127.0.0.1",
-        port=port,
-        workers=1,
-        loop="uvloop",
-        http="httptools",
-        access_log=False,
-        log_level="warning",
-        server_header=False,
+    config = uvicorn_config(
+        app, settings.server, host="127.0.0.1", port=port, log_level="warning", access_log=False
     )
+    sys.exit(0 if run(config) else 1)
 
 
 if __name__ == "__main__":

@@ -8,7 +8,6 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import socket
 import subprocess
 import sys
 import tempfile
@@ -21,17 +20,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from app.db.migrate import upgrade  # noqa: E402
-from bench.serve import spawn  # noqa: E402
+from bench.serve import free_port, spawn  # noqa: E402
 
 ADMIN = "fuzz-admin-key-0123456789abcdef"
 SCHEMATHESIS = Path(sys.executable).parent / "schemathesis"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def fuzz(

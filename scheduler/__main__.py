@@ -8,14 +8,14 @@ import contextlib
 import logging
 import signal
 
-import httpx
-
 from app import runtime
 from app.asgi import replica_name
 from app.clock import SystemClock
 from app.db.pool import Database
 from app.maintenance.events import EventService
 from app.maintenance.service import MaintenanceService
+from app.outbound.policy import OutboundPolicy
+from app.outbound.transport import outbound_client
 from app.settings import Settings
 from scheduler.runner import Scheduler
 
@@ -26,10 +26,11 @@ async def run(settings: Settings) -> None:
     await database.open()
     clock = SystemClock()
     replica = replica_name()
-    async with httpx.AsyncClient() as http:
+    outbound = OutboundPolicy(settings.outbound)
+    async with outbound_client(outbound) as http:
         scheduler = Scheduler(
             MaintenanceService(database, clock, settings.scheduler, settings.sessions, replica),
-            EventService(database, clock, settings.scheduler, http),
+            EventService(database, clock, settings.scheduler, http, outbound),
         )
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()

@@ -511,10 +511,45 @@ CREATE TABLE idempotency_keys (
     response_body jsonb,
     created_at timestamptz NOT NULL,
     expires_at timestamptz NOT NULL,
+    -- The claim of the request running under the key (revision 0012). A retry takes an
+    -- in_progress key over once its holder is gone: the lease ran out (renewed every few
+    -- seconds while the request runs) or the owner replica holds no presence lock (its
+    -- process died). The token fences the holder: it completes or forgets only its own claim.
+    -- A claim written by a replica older than 0012 has no owner and keeps the 12 minutes
+    -- that replica waited.
+    lease_owner text,
+    lease_token uuid,
+    lease_expires_at timestamptz NOT NULL DEFAULT now() + interval '12 minutes',
     PRIMARY KEY (principal, key)
 );
 
 CREATE INDEX idempotency_keys_expires_idx ON idempotency_keys (expires_at);
+
+-- Replica presence (revision 0012): every API process holds a session-level advisory lock
+-- (replica_lock_space(), hashtext(its replica name)) on a connection of its own for as long
+-- as it lives. A process that dies, however it dies, closes that connection (the kernel
+-- closes a killed process's sockets) and PostgreSQL drops the lock at once. A 32-bit hash
+-- collision only makes a dead replica look alive: its claims then wait for their lease.
+CREATE FUNCTION replica_lock_space() RETURNS integer
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+    SELECT 1396855376  -- 'SBRP'; migrations lock with a single bigint key, a separate space
+$$;
+
+-- Whether the replica of that name is alive (holds its presence lock in this database).
+CREATE FUNCTION replica_is_present(replica text) RETURNS boolean
+    LANGUAGE sql STABLE PARALLEL SAFE
+AS $$
+    SELECT EXISTS (
+        SELECT 1 FROM pg_locks
+        WHERE locktype = 'advisory'
+          AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+          AND classid = replica_lock_space()::oid
+          AND objid = hashtext(replica)::oid
+          AND objsubid = 2
+          AND granted
+    )
+$$;
 
 -- ---------------------------------------------------------------------------------------
 -- Erasure (revision 0008)

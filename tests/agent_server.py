@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ssl
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -36,7 +37,10 @@ class AgentServer:
     # Raw bodies and lower-cased headers of every request, for signature checks.
     bodies: list[bytes] = field(default_factory=list)
     headers: list[dict[str, str]] = field(default_factory=list)
+    # Connections accepted, whether or not a request came over them.
+    connections: int = 0
     _server: asyncio.Server | None = None
+    _scheme: str = "http"
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)
     _stopping: asyncio.Event = field(default_factory=asyncio.Event)
     _writers: set[asyncio.StreamWriter] = field(default_factory=set)
@@ -46,11 +50,17 @@ class AgentServer:
         """Where the agent listens."""
         assert self._server is not None
         host, port = self._server.sockets[0].getsockname()[:2]
-        return f"http://{host}:{port}/agent"
+        return f"{self._scheme}://{host}:{port}/agent"
 
-    async def start(self) -> AgentServer:
-        """Listen on an ephemeral port of 127.0.0.1."""
-        self._server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
+    @property
+    def port(self) -> int:
+        """The port it listens on."""
+        return int(self.url.rsplit(":", 1)[1].split("/", 1)[0])
+
+    async def start(self, tls: ssl.SSLContext | None = None) -> AgentServer:
+        """Listen on an ephemeral port of 127.0.0.1 (over TLS with ``tls``)."""
+        self._server = await asyncio.start_server(self._accept, "127.0.0.1", 0, ssl=tls)
+        self._scheme = "https" if tls else "http"
         return self
 
     async def stop(self) -> None:
@@ -69,6 +79,7 @@ class AgentServer:
         assert task is not None
         self._tasks.add(task)
         self._writers.add(writer)
+        self.connections += 1
         try:
             await self._serve(reader, writer)
         except (ConnectionError, asyncio.IncompleteReadError):

@@ -16,10 +16,13 @@ from litestar import Litestar
 from app.asgi import create_app
 from app.clock import Clock, FrozenClock, SystemClock
 from app.db.migrate import upgrade
-from app.settings import DatabaseSettings, Settings
+from app.settings import DatabaseSettings, OutboundSettings, Settings
 from tests import dbutil
 
 ADMIN_KEY = "test-admin-key-0123456789abcdef"
+# The test agents and subscribers (tests/agent_server.py) listen on 127.0.0.1, which the
+# default outbound policy refuses: tests that call them say so in their settings.
+LOOPBACK_ALLOWED = OutboundSettings(allow_loopback=True)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -61,8 +64,10 @@ async def database_url(server_url: str, template_database: str) -> AsyncIterator
 
 @pytest.fixture
 def settings() -> Settings:
-    """Settings for the app under test (small pool; nothing from the environment)."""
-    return Settings(database=DatabaseSettings(pool_min_size=1, pool_max_size=5))
+    """Settings for the app under test: a small pool, and agents on 127.0.0.1 allowed."""
+    return Settings(
+        database=DatabaseSettings(pool_min_size=1, pool_max_size=5), outbound=LOOPBACK_ALLOWED
+    )
 
 
 @pytest.fixture

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from litestar import Controller, Request, delete, get, patch, post
+from litestar import Controller, delete, get, patch, post
 from litestar.di import NamedDependency
 from litestar.params import FromPath, JSONBody
 from litestar.status_codes import HTTP_201_CREATED, HTTP_204_NO_CONTENT
@@ -18,8 +18,7 @@ from app.agents.schemas import (
     SkillAgents,
 )
 from app.agents.service import AgentService
-from app.auth.guards import admin_only
-from app.auth.principal import Principal
+from app.auth.guards import admin_only, admin_or_named_agent
 
 
 class AgentController(Controller):
@@ -83,17 +82,21 @@ class AgentController(Controller):
         """Replace the agent's key (the old one stops working) and re-enable it."""
         return await agent_service.rotate_key(name)
 
-    @post("/{name:str}/card", status_code=200, summary="Publish an agent's A2A card")
+    @post(
+        "/{name:str}/card",
+        status_code=200,
+        guards=[admin_or_named_agent],
+        summary="Publish an agent's A2A card",
+    )
     async def publish_card(
         self,
-        request: Request[Principal, Any, Any],
         name: FromPath[str],
         data: JSONBody[AgentCard],
         agent_service: NamedDependency[AgentService],
     ) -> Agent:
         """The admin, or the agent itself. The card's url and skills become the agent's
         routing url and skills."""
-        return await agent_service.publish_card(name, data, request.user)
+        return await agent_service.publish_card(name, data)
 
     @get("/{name:str}/card", summary="An agent's published card")
     async def get_card(

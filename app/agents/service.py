@@ -20,17 +20,25 @@ from app.auth.keys import generate_key, hash_key, same_digest
 from app.auth.principal import ADMIN, ROLES_CHECKED_IN_CODE, Principal
 from app.clock import Clock
 from app.db.pool import Connection, Database
-from app.errors import Conflict, Forbidden, NotFound, ValidationFailed
+from app.errors import Conflict, NotFound, ValidationFailed
+from app.outbound.policy import OutboundPolicy
 
 
 class AgentService:
     """Registers agents, resolves API keys to principals, keeps routing settings."""
 
     def __init__(
-        self, database: Database, clock: Clock, admin_key: str, key_cache_seconds: float = 0
+        self,
+        database: Database,
+        clock: Clock,
+        admin_key: str,
+        *,
+        outbound: OutboundPolicy,
+        key_cache_seconds: float = 0,
     ) -> None:
         self._db = database
         self._clock = clock
+        self._outbound = outbound
         self._admin_digest = hash_key(admin_key)
         self._keys = KeyCache(key_cache_seconds)
 
@@ -57,6 +65,8 @@ class AgentService:
         now = self._clock.now()
         # No roles sent: a seeded agent keeps the roles it was seeded with.
         roles = None if data.roles is None else sorted(set(data.roles))
+        if data.url is not None:
+            await self._outbound.require_registrable(str(data.url), "url")
         async with self._db.transaction() as conn:
             if roles:
                 await _require_known_roles(conn, roles)
@@ -88,6 +98,8 @@ class AgentService:
 
     async def update_settings(self, name: str, data: AgentSettings) -> Agent:
         """Change an agent's roles and routing settings; unset fields stay as they are."""
+        if data.url is not None:
+            await self._outbound.require_registrable(str(data.url), "url")
         async with self._db.transaction() as conn:
             agent = await repo.get_agent_by_name(conn, name)
             if agent is None:
@@ -113,10 +125,10 @@ class AgentService:
             raise NotFound(f"No agent named {name!r}.")
         return AgentWithKey(agent=agent, api_key=key)
 
-    async def publish_card(self, name: str, card: AgentCard, principal: Principal) -> Agent:
-        """Store an agent's A2A card (admin, or the agent itself); its url and skills route."""
-        if not principal.is_admin and principal.name != name:
-            raise Forbidden("An agent may publish only its own card.")
+    async def publish_card(self, name: str, card: AgentCard) -> Agent:
+        """Store an agent's A2A card; its url and skills route. Who may (the admin or the
+        agent itself) is the route's guard, decided before the body is read."""
+        await self._outbound.require_registrable(str(card.url), "url")
         raw = card.model_dump(mode="json", by_alias=True, exclude_none=True)
         skills = [skill.model_dump(mode="json") for skill in card.skills]
         async with self._db.transaction() as conn:

@@ -34,5 +34,11 @@ class Principal:
         """True if the caller holds ``role`` (the admin holds every role)."""
         return self.is_admin or role in self.roles
 
+    @property
+    def may_delegate(self) -> bool:
+        """True for an n8n integration key: the admin, or an agent with the
+        coordination_manager role. It may act for other agents and run cleanup."""
+        return self.is_admin or INTEGRATION_ROLE in self.roles
+
 
 ADMIN = Principal(kind="admin", name=ADMIN_NAME)

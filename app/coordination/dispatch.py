@@ -18,6 +18,7 @@ from app.common.jsonbody import decode_json
 from app.coordination.breaker import AsyncCircuitBreaker, BreakerOpen
 from app.coordination.schemas import AgentResponse, RoutingAgent
 from app.errors import BadRequest, ValidationFailed
+from app.outbound.policy import OutboundRefused
 
 
 class AgentCallFailed(Exception):
@@ -57,7 +58,11 @@ class RetryPolicy:
 
 
 class AgentClient:
-    """Posts AgentCommunicationProtocol requests to agents' URLs."""
+    """Posts AgentCommunicationProtocol requests to agents' URLs.
+
+    ``http`` is the outbound client (``app.outbound.transport.outbound_client``): it
+    refuses a URL or address the outbound policy refuses, which is a failed attempt like
+    any other (the breaker counts it, the fallback answers) that no retry would change."""
 
     def __init__(self, http: httpx.AsyncClient, retry: RetryPolicy | None = None) -> None:
         self._http = http
@@ -110,6 +115,8 @@ class AgentClient:
                 content=orjson.dumps(request),
                 headers={"content-type": "application/json", "accept": "application/json"},
             )
+        except OutboundRefused as refused:
+            raise AgentCallFailed(str(refused), retryable=False) from refused
         except httpx.HTTPError as exc:
             raise AgentCallFailed(f"transport error: {type(exc).__name__}", retryable=True) from exc
         if reply.status_code >= 500 or reply.status_code == 429:

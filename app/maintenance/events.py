@@ -30,6 +30,7 @@ from app.common.validation import StoredHttpUrl
 from app.db.pool import Database
 from app.errors import NotFound
 from app.maintenance import repository as repo
+from app.outbound.policy import OutboundPolicy, OutboundRefused
 from app.settings import SchedulerSettings
 
 logger = logging.getLogger("switchboard.events")
@@ -122,15 +123,22 @@ class EventService:
     """Subscriptions and delivery of outbox events."""
 
     def __init__(
-        self, database: Database, clock: Clock, settings: SchedulerSettings, http: httpx.AsyncClient
+        self,
+        database: Database,
+        clock: Clock,
+        settings: SchedulerSettings,
+        http: httpx.AsyncClient,
+        outbound: OutboundPolicy,
     ) -> None:
         self._db = database
         self._clock = clock
         self._settings = settings
-        self._http = http
+        self._http = http  # enforces the outbound policy on every connection
+        self._outbound = outbound
 
     async def subscribe(self, data: SubscriptionCreate) -> SubscriptionWithSecret:
         """Register a subscriber; the secret is returned this once."""
+        await self._outbound.require_registrable(str(data.url), "url")
         secret = data.secret or secrets.token_urlsafe(32)
         async with self._db.transaction() as conn:
             row = await repo.insert_subscription(
@@ -209,6 +217,8 @@ class EventService:
             )
             if not 200 <= reply.status_code < 300:
                 error = f"HTTP {reply.status_code}"
+        except OutboundRefused as refused:
+            error = str(refused)  # nothing was sent
         except httpx.HTTPError as exc:
             error = f"{type(exc).__name__}: {exc}"
         now = self._clock.now()

@@ -45,6 +45,9 @@ from app.settings import MemorySettings
 
 FALLBACK_CATEGORY = "session_data"
 T = TypeVar("T")
+# Work that must commit with a write: it gets the write's connection, inside its
+# transaction, and what the write stored; raising rolls the write back.
+BeforeCommit = Callable[[Connection, T], Awaitable[None]]
 _BEGINNING = datetime(1970, 1, 1, tzinfo=UTC)
 
 
@@ -94,9 +97,15 @@ class MemoryService:
     # -- writes ------------------------------------------------------------------------
 
     async def write(
-        self, items: list[MemoryWrite], principal: Principal, *, batch: bool
+        self,
+        items: list[MemoryWrite],
+        principal: Principal,
+        *,
+        batch: bool,
+        before_commit: BeforeCommit[list[Memory]] | None = None,
     ) -> list[Memory]:
-        """Store one memory or a batch, all or nothing."""
+        """Store one memory or a batch, all or nothing; ``before_commit`` runs in the same
+        transaction (an idempotent webhook stores its answer there)."""
         now = self._clock.now()
 
         async def run(conn: Connection) -> list[Memory]:
@@ -109,12 +118,16 @@ class MemoryService:
                     taken = _taken_key(plan, field)
                     await self._refuse_taken_key(conn, principal, plan, now, field, taken)
                 stored.append(memory)
+            if before_commit is not None:
+                await before_commit(conn, stored)
             return stored
 
         # One memory is one INSERT (with its audit row), atomic on its own: the checks
         # before it only read, and retiring an expired key is a complete change by itself.
-        # A batch needs the transaction for all or nothing.
-        return await self._audited_transaction(run, atomic=len(items) > 1)
+        # A batch needs the transaction for all or nothing, and so does a write that must
+        # commit with something else.
+        atomic = len(items) > 1 or before_commit is not None
+        return await self._audited_transaction(run, atomic=atomic)
 
     async def upsert_by_key(
         self,
@@ -122,11 +135,12 @@ class MemoryService:
         bases: set[int] | None,
         create_only: bool,
         principal: Principal,
+        before_commit: BeforeCommit[tuple[Memory, bool]] | None = None,
     ) -> tuple[Memory, bool]:
         """Create or replace the memory (user_id, category, key); returns (memory, created).
 
         ``If-Match`` (bases) makes the replace conditional on the version; ``If-None-Match: *``
-        (create_only) refuses to replace.
+        (create_only) refuses to replace. ``before_commit`` runs in the same transaction.
         """
         now = self._clock.now()
         reader = reader_of(principal)
@@ -177,6 +191,8 @@ class MemoryService:
                     conn, [self._entry(principal, "update", memory.memory_id, None, True, 1, now)]
                 )
                 created = False
+            if before_commit is not None:
+                await before_commit(conn, (memory, created))
             return memory, created
 
         return await self._audited_transaction(run)

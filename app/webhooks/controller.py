@@ -10,11 +10,12 @@ from litestar import Controller, Request, Response, post
 from litestar.di import NamedDependency
 from litestar.params import JSONBody
 
+from app.auth.guards import integration_key
 from app.auth.principal import Principal
 from app.clock import Clock
 from app.errors import PROBLEM_JSON
 from app.settings import WebhookSettings
-from app.webhooks.idempotency import IdempotencyService
+from app.webhooks.idempotency import IdempotencyService, Seal
 from app.webhooks.schemas import CleanupHook, CoordinationHook, MemoryHook
 from app.webhooks.service import WebhookService
 from app.webhooks.signatures import verify_signature
@@ -28,15 +29,15 @@ async def _respond(
     request: AnyRequest,
     idempotency: IdempotencyService,
     body_key: str | None,
-    handler: Callable[[], Awaitable[dict[str, Any]]],
+    handler: Callable[[Seal | None], Awaitable[dict[str, Any]]],
 ) -> Response[dict[str, Any]]:
     settings: WebhookSettings = request.app.state.settings.webhooks
     clock: Clock = request.app.state.clock
     verify_signature(settings, dict(request.headers), await request.body(), clock.now())
     key = request.headers.get("idempotency-key") or body_key
 
-    async def run() -> tuple[int, dict[str, Any]]:
-        return 200, await handler()
+    async def run(seal: Seal | None) -> tuple[int, dict[str, Any]]:
+        return 200, await handler(seal)
 
     raw = await request.json()
     stored = await idempotency.run(
@@ -71,7 +72,7 @@ class N8nWebhookController(Controller):
             request,
             idempotency,
             data.idempotency_key,
-            lambda: hooks.coordinate(
+            lambda _seal: hooks.coordinate(
                 request.user,
                 user_id=data.user_id,
                 user_ref=data.user_ref,
@@ -94,10 +95,18 @@ class N8nWebhookController(Controller):
         """The seed's memory update request (user_id, agent_name, memory_type,
         memory_content) with action write (default), read or query."""
         return await _respond(
-            request, idempotency, data.idempotency_key, lambda: hooks.memory(request.user, data)
+            request,
+            idempotency,
+            data.idempotency_key,
+            lambda seal: hooks.memory(request.user, data, seal),
         )
 
-    @post("/cleanup", status_code=200, summary="Run a cleanup job (or all) now")
+    @post(
+        "/cleanup",
+        status_code=200,
+        guards=[integration_key],
+        summary="Run a cleanup job (or all) now",
+    )
     async def cleanup(
         self,
         request: AnyRequest,
@@ -110,5 +119,5 @@ class N8nWebhookController(Controller):
             request,
             idempotency,
             data.idempotency_key,
-            lambda: hooks.cleanup(request.user, data.job, data.dry_run),
+            lambda _seal: hooks.cleanup(data.job, data.dry_run),
         )

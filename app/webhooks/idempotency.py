@@ -5,35 +5,53 @@ Keys are scoped per caller. A request that ends in a client error a retry cannot
 (404, 422, ...) is stored like a success; one whose outcome a retry may change is
 forgotten, so the retry runs it again: a conflict (409: a version moved, a key was taken,
 a concurrent change), too many requests (429) and any server-side failure (5xx).
+
+A key in progress is held by its request's claim, which dies with the request: the claim
+names this replica, whose presence lock PostgreSQL drops the moment the process dies, and
+carries a lease this service renews every lease/3 while the request runs. A repeat while
+the holder lives gets 409 with Retry-After (as Stripe answers concurrent requests); a
+repeat after it died takes the key over at once, or within the lease if the holder is
+alive but cut off. The claim's token fences the holder: it completes or forgets only its
+own claim. An effect that is one database transaction (a memory write) stores its answer
+in that transaction (``Seal``), so it happens exactly once even when the process dies
+between the two; other effects are at least once across a crash (docs/design.md).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import hashlib
+import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
+from uuid import UUID
 
 import orjson
 
-from app.agents.schemas import MAX_AGENT_TIMEOUT_MS
 from app.clock import Clock
-from app.db.pool import Database
-from app.errors import Conflict, SwitchboardError, ValidationFailed, problem_body
+from app.db.pool import Connection, Database
+from app.db.presence import ReplicaPresence
+from app.errors import (
+    Conflict,
+    RequestInProgress,
+    SwitchboardError,
+    ValidationFailed,
+    problem_body,
+)
 from app.webhooks import repository as repo
 
-# A request still "in progress" after this long died with its process; a retry may run.
-# It must outlast the slowest request that is still alive, or a retry would run alongside
-# it and do everything twice. A message may call two agents one after the other (the AI
-# classifier, then the chosen agent), each for up to the largest timeout_ms an agent may
-# have, retries included; the database work around them gets two more minutes. (A cleanup
-# run over a huge backlog may take longer still; running a job twice is harmless.)
-AGENT_CALLS_PER_REQUEST = 2
-DATABASE_ALLOWANCE = timedelta(minutes=2)
-IN_PROGRESS_TIMEOUT = (
-    AGENT_CALLS_PER_REQUEST * timedelta(milliseconds=MAX_AGENT_TIMEOUT_MS) + DATABASE_ALLOWANCE
-)
+logger = logging.getLogger("switchboard.idempotency")
+
+# Seconds a repeat is told to wait while the first request still runs.
+RETRY_AFTER_SECONDS = 1
+
+# Stores a successful (200) answer on the caller's connection, inside its transaction, so
+# the effect and the answer commit together. Raises Conflict if the key was taken over
+# meanwhile, which rolls the effect back.
+Seal = Callable[[Connection, dict[str, Any]], Awaitable[None]]
 
 
 def worth_retrying(status: int) -> bool:
@@ -59,13 +77,62 @@ def request_hash(endpoint: str, body: dict[str, Any]) -> bytes:
     ).digest()
 
 
+@dataclass(slots=True)
+class Claim:
+    """This request's hold on its key; every write to the key names the token."""
+
+    principal: str
+    key: str
+    token: UUID
+    sealed: bool = False
+
+    async def seal(self, conn: Connection, body: dict[str, Any]) -> None:
+        """Store ``body`` as the 200 answer, on the caller's connection and transaction."""
+        if not await repo.complete_key(conn, self.principal, self.key, self.token, 200, body):
+            raise Conflict(
+                "This request's Idempotency-Key was taken over by a retry while it ran; its "
+                "change was not made. Retry to get the answer.",
+                retryable=True,
+            )
+        self.sealed = True
+
+
 class IdempotencyService:
     """Runs a handler at most once per (caller, key) within the TTL."""
 
-    def __init__(self, database: Database, clock: Clock, ttl: timedelta) -> None:
+    def __init__(
+        self,
+        database: Database,
+        clock: Clock,
+        ttl: timedelta,
+        lease: timedelta,
+        presence: ReplicaPresence | None = None,
+    ) -> None:
         self._db = database
         self._clock = clock
         self._ttl = ttl
+        self._lease = lease
+        self._presence = presence
+        self._held: dict[UUID, Claim] = {}
+        self._renewer: asyncio.Task[None] | None = None
+        self._stopping = asyncio.Event()
+
+    async def start(self) -> None:
+        """Renew the leases of running requests every lease/3, in the background."""
+        self._stopping.clear()
+        self._renewer = asyncio.create_task(self._keep_leases(), name="idempotency-leases")
+
+    async def stop(self) -> None:
+        """Stop renewing (requests still running lose their lease after it runs out)."""
+        if self._renewer is not None:
+            self._stopping.set()
+            try:
+                await asyncio.wait_for(self._renewer, timeout=10)
+            except TimeoutError:
+                self._renewer.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await self._renewer
+            self._renewer = None
 
     async def run(
         self,
@@ -73,11 +140,12 @@ class IdempotencyService:
         key: str | None,
         endpoint: str,
         body: dict[str, Any],
-        handler: Callable[[], Awaitable[tuple[int, dict[str, Any]]]],
+        handler: Callable[[Seal | None], Awaitable[tuple[int, dict[str, Any]]]],
     ) -> StoredResponse:
-        """Run ``handler`` (or replay its stored response) under ``key``."""
+        """Run ``handler`` (or replay its stored response) under ``key``. The handler gets
+        a ``Seal`` (None without a key) to store its answer with its effect."""
         if key is None:
-            status, payload = await handler()
+            status, payload = await handler(None)
             return StoredResponse(status, payload, replayed=False, problem=False)
         if not 1 <= len(key) <= 255:
             raise ValidationFailed(
@@ -85,78 +153,109 @@ class IdempotencyService:
                 errors=[{"field": "idempotency_key", "message": "1 to 255 characters"}],
             )
         fingerprint = request_hash(endpoint, body)
-        stored = await self._claim(principal, key, endpoint, fingerprint)
-        if stored is not None:
-            return stored
+        claimed = await self._claim(principal, key, endpoint, fingerprint)
+        if isinstance(claimed, StoredResponse):
+            return claimed
+        claim = claimed
+        self._held[claim.token] = claim
         try:
-            status, payload = await handler()
+            return await self._run_claimed(claim, endpoint, handler)
+        finally:
+            self._held.pop(claim.token, None)
+
+    async def _run_claimed(
+        self,
+        claim: Claim,
+        endpoint: str,
+        handler: Callable[[Seal | None], Awaitable[tuple[int, dict[str, Any]]]],
+    ) -> StoredResponse:
+        try:
+            status, payload = await handler(claim.seal)
             problem = False
         except SwitchboardError as error:
             if worth_retrying(error.status):
-                await self._forget(principal, key)
+                await self._forget(claim)
                 raise
             payload = problem_body(
                 error.status, error.title, error.slug, error.detail, endpoint, error.extensions
             )
             status, problem = error.status, True
         except BaseException:
-            await self._forget(principal, key)
+            await self._forget(claim)
             raise
-        # One statement: it commits on its own, no BEGIN/COMMIT round trips needed.
-        async with self._db.connection() as conn:
-            await repo.complete_key(conn, principal, key, status, payload)
+        if not claim.sealed:
+            # One statement: it commits on its own, no BEGIN/COMMIT round trips needed.
+            async with self._db.connection() as conn:
+                stored = await repo.complete_key(
+                    conn, claim.principal, claim.key, claim.token, status, payload
+                )
+            if not stored:
+                logger.warning(
+                    "Idempotency-Key %r of %s was taken over while its request ran (its "
+                    "lease ran out); the retry's answer is the one stored",
+                    claim.key,
+                    claim.principal,
+                )
         return StoredResponse(status, payload, replayed=False, problem=problem)
 
     async def _claim(
         self, principal: str, key: str, endpoint: str, fingerprint: bytes
-    ) -> StoredResponse | None:
-        now = self._clock.now()
-        # The common case, a key never seen: one INSERT ... ON CONFLICT DO NOTHING, atomic on
-        # its own. Only a key already present needs the read-decide-write below, in a
-        # transaction.
-        async with self._db.connection() as conn:
-            if await repo.claim_key(
-                conn, principal, key, endpoint, fingerprint, now, now + self._ttl
-            ):
-                return None
-        async with self._db.transaction() as conn:
-            for _ in range(2):
-                # The claim above just failed, so look first; claim only once the key is free.
-                existing = await repo.get_key(conn, principal, key)
-                if existing is None:
-                    if await repo.claim_key(
-                        conn, principal, key, endpoint, fingerprint, now, now + self._ttl
-                    ):
-                        return None
-                    continue  # taken again between the two statements: look again
-                abandoned = (
-                    existing.status != "completed"
-                    and existing.created_at < now - IN_PROGRESS_TIMEOUT
+    ) -> Claim | StoredResponse:
+        for _ in range(3):
+            now = self._clock.now()
+            owner = self._presence.owner if self._presence is not None else None
+            # The common cases are one statement: a key never seen, an expired one, one whose
+            # holder is gone. Only a refusal needs a look at what holds the key.
+            async with self._db.connection() as conn:
+                token = await repo.claim_key(
+                    conn,
+                    principal,
+                    key,
+                    endpoint,
+                    fingerprint,
+                    now,
+                    now + self._ttl,
+                    owner,
+                    now + self._lease,
                 )
-                if existing.expires_at <= now or abandoned:
-                    # Expired, or its first request died mid-way: the key is free again.
-                    await repo.forget_key(conn, principal, key)
-                    continue
-                if existing.endpoint != endpoint or existing.request_hash != fingerprint:
-                    raise ValidationFailed(
-                        "This Idempotency-Key was used for a different request; use a new key "
-                        "for a new request.",
-                        errors=[
-                            {"field": "idempotency_key", "message": "reused with another body"}
-                        ],
-                    )
-                if existing.status != "completed" or existing.response_status is None:
-                    raise Conflict(
-                        "A request with this Idempotency-Key is still being processed; retry "
-                        "shortly.",
-                        retryable=True,
-                    )
+                if token is not None:
+                    return Claim(principal, key, token)
+                existing = await repo.get_key(conn, principal, key)
+            if existing is None:
+                continue  # forgotten between the two statements: claim again
+            if existing.endpoint != endpoint or existing.request_hash != fingerprint:
+                raise ValidationFailed(
+                    "This Idempotency-Key was used for a different request; use a new key "
+                    "for a new request.",
+                    errors=[{"field": "idempotency_key", "message": "reused with another body"}],
+                )
+            if existing.status == "completed" and existing.response_status is not None:
                 status = existing.response_status
                 return StoredResponse(
                     status, existing.response_body, replayed=True, problem=status >= 400
                 )
+            raise RequestInProgress(
+                "A request with this Idempotency-Key is still being processed; retry shortly.",
+                retry_after=RETRY_AFTER_SECONDS,
+            )
         raise Conflict("Could not claim the Idempotency-Key; retry.", retryable=True)
 
-    async def _forget(self, principal: str, key: str) -> None:
-        async with self._db.transaction() as conn:
-            await repo.forget_key(conn, principal, key)
+    async def _forget(self, claim: Claim) -> None:
+        async with self._db.connection() as conn:
+            await repo.forget_key(conn, claim.principal, claim.key, claim.token)
+
+    async def _keep_leases(self) -> None:
+        interval = self._lease.total_seconds() / 3
+        while not self._stopping.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), timeout=interval)
+            held = [(c.principal, c.key, c.token) for c in self._held.values()]
+            if not held or self._stopping.is_set():
+                continue
+            try:
+                async with self._db.connection() as conn:
+                    await repo.renew_leases(conn, held, self._clock.now() + self._lease)
+            except Exception:
+                # The next round tries again; a lease that runs out meanwhile lets a retry
+                # take the key over (the token keeps this request from storing over it).
+                logger.warning("could not renew idempotency leases", exc_info=True)

@@ -24,6 +24,8 @@ class IdempotencyRecord:
     response_body: Any
     created_at: datetime
     expires_at: datetime
+    lease_owner: str | None
+    lease_expires_at: datetime
 
 
 async def claim_key(
@@ -34,12 +36,23 @@ async def claim_key(
     fingerprint: bytes,
     now: datetime,
     expires_at: datetime,
-) -> bool:
-    """Take the key for this request; False if the caller already used it."""
-    claimed = await conn.fetchval(
-        Q.claim_idempotency_key, principal, key, endpoint, fingerprint, now, expires_at
+    owner: str | None,
+    lease_expires_at: datetime,
+) -> UUID | None:
+    """Take the key for this request (new, expired, or its holder gone): the claim's token;
+    None if a live request holds it, it was answered, or it was used for another request."""
+    token: UUID | None = await conn.fetchval(
+        Q.claim_idempotency_key,
+        principal,
+        key,
+        endpoint,
+        fingerprint,
+        now,
+        expires_at,
+        owner,
+        lease_expires_at,
     )
-    return claimed is not None
+    return token
 
 
 async def get_key(conn: Connection, principal: str, key: str) -> IdempotencyRecord | None:
@@ -55,19 +68,35 @@ async def get_key(conn: Connection, principal: str, key: str) -> IdempotencyReco
         response_body=row["response_body"],
         created_at=row["created_at"],
         expires_at=row["expires_at"],
+        lease_owner=row["lease_owner"],
+        lease_expires_at=row["lease_expires_at"],
     )
 
 
-async def forget_key(conn: Connection, principal: str, key: str) -> None:
-    """Drop the key (an expired one, or after a server-side failure)."""
-    await conn.execute(Q.forget_idempotency_key, principal, key)
+async def forget_key(conn: Connection, principal: str, key: str, token: UUID) -> None:
+    """Drop this request's claim (after a server-side failure); a claim taken over stays."""
+    await conn.execute(Q.forget_idempotency_key, principal, key, token)
 
 
 async def complete_key(
-    conn: Connection, principal: str, key: str, status: int, body: dict[str, Any]
+    conn: Connection, principal: str, key: str, token: UUID, status: int, body: dict[str, Any]
+) -> bool:
+    """Store the response to replay; False if the key was taken over meanwhile."""
+    done = await conn.fetchval(Q.complete_idempotency_key, principal, key, token, status, body)
+    return done is not None
+
+
+async def renew_leases(
+    conn: Connection, held: list[tuple[str, str, UUID]], lease_expires_at: datetime
 ) -> None:
-    """Store the response to replay."""
-    await conn.execute(Q.complete_idempotency_key, principal, key, status, body)
+    """Push the leases of these (principal, key, token) claims to ``lease_expires_at``."""
+    await conn.execute(
+        Q.renew_idempotency_leases,
+        [principal for principal, _, _ in held],
+        [key for _, key, _ in held],
+        [token for _, _, token in held],
+        lease_expires_at,
+    )
 
 
 async def latest_open_session(

@@ -2,31 +2,46 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypeVar
 from uuid import UUID
 
 import msgspec
 
-from app.auth.principal import INTEGRATION_ROLE, Principal
+from app.auth.principal import Principal
 from app.clock import Clock
 from app.coordination.schemas import MessageRequest
 from app.coordination.service import CoordinationService
-from app.db.pool import Database
+from app.db.pool import Connection, Database
 from app.errors import Forbidden, NotFound, ValidationFailed
 from app.maintenance.service import JOBS, MaintenanceService
 from app.memories.repository import MemoryFilter
-from app.memories.schemas import MemoryUpsert, MemoryWrite
-from app.memories.service import MemoryService
+from app.memories.schemas import Memory, MemoryUpsert, MemoryWrite
+from app.memories.service import BeforeCommit, MemoryService
 from app.sessions.schemas import SessionCreate, SessionState
 from app.sessions.service import SessionService
 from app.users.service import UserService
 from app.webhooks import repository as repo
+from app.webhooks.idempotency import Seal
+
+T = TypeVar("T")
 
 
-def may_delegate(principal: Principal) -> bool:
-    """The n8n integration key: the admin, or an agent with the coordination_manager role."""
-    return principal.is_admin or INTEGRATION_ROLE in principal.roles
+def _written(memory: Memory, created: bool) -> dict[str, Any]:
+    """The answer to a memory write."""
+    return {"action": "write", "created": created, "memory": msgspec.structs.asdict(memory)}
+
+
+def _sealing(seal: Seal | None, answer: Callable[[T], dict[str, Any]]) -> BeforeCommit[T] | None:
+    """Work for a write's transaction that stores its answer under the Idempotency-Key."""
+    if seal is None:
+        return None
+
+    async def store(conn: Connection, result: T) -> None:
+        await seal(conn, answer(result))
+
+    return store
 
 
 class WebhookService:
@@ -105,8 +120,11 @@ class WebhookService:
             "decision_id": str(result.decision_id),
         }
 
-    async def memory(self, principal: Principal, data: Any) -> dict[str, Any]:
-        """Write, read or query memories for ``data.agent_name``."""
+    async def memory(
+        self, principal: Principal, data: Any, seal: Seal | None = None
+    ) -> dict[str, Any]:
+        """Write, read or query memories for ``data.agent_name``. A write's answer is
+        sealed (stored under the request's Idempotency-Key) in the write's transaction."""
         acting = await self._acting_for(principal, data.agent_name)
         if data.action == "write":
             if data.key is not None and data.category is not None:
@@ -123,6 +141,7 @@ class WebhookService:
                     None,
                     False,
                     acting,
+                    before_commit=_sealing(seal, lambda result: _written(*result)),
                 )
             else:
                 memory = (
@@ -140,10 +159,11 @@ class WebhookService:
                         ],
                         acting,
                         batch=False,
+                        before_commit=_sealing(seal, lambda stored: _written(stored[0], True)),
                     )
                 )[0]
                 created = True
-            return {"action": "write", "created": created, "memory": msgspec.structs.asdict(memory)}
+            return _written(memory, created)
         if data.action == "read":
             if data.memory_id is not None:
                 memory = await self._memories.get(data.memory_id, acting)
@@ -171,10 +191,9 @@ class WebhookService:
             "next_cursor": page.next_cursor,
         }
 
-    async def cleanup(self, principal: Principal, job: str, dry_run: bool) -> dict[str, Any]:
-        """Run one job (or all) now; per-job counts."""
-        if not may_delegate(principal):
-            raise Forbidden("Cleanup needs the admin key or a coordination_manager agent key.")
+    async def cleanup(self, job: str, dry_run: bool) -> dict[str, Any]:
+        """Run one job (or all) now; per-job counts. Who may is the route's guard
+        (``integration_key``): it is decided before the body is read."""
         names = sorted(JOBS) if job == "all" else [self._maintenance.job(job).name]
         results: dict[str, Any] = {}
         total = 0
@@ -198,7 +217,7 @@ class WebhookService:
     async def _acting_for(self, principal: Principal, agent_name: str) -> Principal:
         if agent_name == principal.name and not principal.is_admin:
             return principal
-        if not may_delegate(principal):
+        if not principal.may_delegate:
             raise Forbidden(
                 f"This key may act only as {principal.name!r}; acting for other agents needs "
                 "the admin key or a coordination_manager agent key."

@@ -1,22 +1,60 @@
 -- Webhooks: idempotency records and implicit session continuation.
 
 -- name: claim_idempotency_key
--- No row back: the key is already in use by this caller (live or expired).
-INSERT INTO idempotency_keys (principal, key, endpoint, request_hash, status, created_at, expires_at)
-VALUES ($1, $2, $3, $4, 'in_progress', $5, $6)
-ON CONFLICT (principal, key) DO NOTHING
-RETURNING key
+-- Take the key for this request, in one statement: a key never seen; one whose stored
+-- answer expired; or one still in progress for this same request whose holder is gone: its
+-- lease ran out (the holder stopped renewing it: frozen, cut off, or it lost track of the
+-- key) or its replica holds no presence lock (the process died). A claim with no owner
+-- (written before leases, or while its replica had lost its presence connection) waits for
+-- its lease alone. No row back: the key is held by a live request, or answered (replay
+-- it), or used for a different request.
+INSERT INTO idempotency_keys AS k
+    (principal, key, endpoint, request_hash, status, created_at, expires_at,
+     lease_owner, lease_token, lease_expires_at)
+VALUES ($1, $2, $3, $4, 'in_progress', $5, $6, $7, gen_random_uuid(), $8)
+ON CONFLICT (principal, key) DO UPDATE
+SET endpoint = excluded.endpoint,
+    request_hash = excluded.request_hash,
+    status = 'in_progress',
+    response_status = NULL,
+    response_body = NULL,
+    created_at = excluded.created_at,
+    expires_at = excluded.expires_at,
+    lease_owner = excluded.lease_owner,
+    lease_token = excluded.lease_token,
+    lease_expires_at = excluded.lease_expires_at
+WHERE k.expires_at <= excluded.created_at
+   OR (k.status = 'in_progress'
+       AND k.endpoint = excluded.endpoint
+       AND k.request_hash = excluded.request_hash
+       AND (k.lease_expires_at <= excluded.created_at
+            OR (k.lease_owner IS NOT NULL AND NOT replica_is_present(k.lease_owner))))
+RETURNING lease_token
 
 -- name: get_idempotency_key
 SELECT * FROM idempotency_keys WHERE principal = $1 AND key = $2
 
 -- name: forget_idempotency_key
-DELETE FROM idempotency_keys WHERE principal = $1 AND key = $2
+-- Only the claim this request holds: a key taken over (or answered) meanwhile stays.
+DELETE FROM idempotency_keys
+WHERE principal = $1 AND key = $2 AND lease_token = $3 AND status = 'in_progress'
 
 -- name: complete_idempotency_key
+-- Only the claim this request holds; no row back: the key was taken over meanwhile.
 UPDATE idempotency_keys
-SET status = 'completed', response_status = $3, response_body = $4
-WHERE principal = $1 AND key = $2
+SET status = 'completed', response_status = $4, response_body = $5
+WHERE principal = $1 AND key = $2 AND lease_token = $3 AND status = 'in_progress'
+RETURNING key
+
+-- name: renew_idempotency_leases
+-- One statement every few seconds for all the requests a replica is running.
+UPDATE idempotency_keys AS k
+SET lease_expires_at = $4
+FROM unnest($1::text[], $2::text[], $3::uuid[]) AS held (principal, key, token)
+WHERE k.principal = held.principal
+  AND k.key = held.key
+  AND k.lease_token = held.token
+  AND k.status = 'in_progress'
 
 -- name: latest_open_session
 -- Implicit continuation: the user's most recently active open session of this type.

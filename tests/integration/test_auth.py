@@ -213,3 +213,70 @@ async def test_another_replica_stops_a_revoked_key_within_the_cache_time(
             assert time.monotonic() - started < ttl + 0.5, "revoked key outlived the cache"
             await asyncio.sleep(0.05)
         assert_problem(await agent.post("/v1/users", json={}), 401)
+
+
+# What an agent key without special roles gets for a malformed body on each route that
+# takes one: 403 where it may not call the route at all (decided from the key and the path,
+# before the body is read), 400 where it may. Every route with a body must be listed, so a
+# new one cannot be added without saying who may call it.
+_MALFORMED = b'{"broken": '
+_PLAIN_AGENT_WITH_A_MALFORMED_BODY = {
+    ("POST", "/v1/agents"): 403,
+    ("PATCH", "/v1/agents/{name:str}"): 403,
+    ("POST", "/v1/agents/{name:str}/card"): 403,  # another agent's card
+    ("POST", "/v1/agents/{name:str}/breaker"): 403,
+    ("POST", "/v1/users"): 400,
+    ("POST", "/v1/sessions"): 400,
+    ("PATCH", "/v1/sessions/{session_id:uuid}"): 400,
+    ("POST", "/v1/sessions/{session_id:uuid}/complete"): 400,
+    ("POST", "/v1/sessions/{session_id:uuid}/handoff"): 400,
+    ("POST", "/v1/sessions/{session_id:uuid}/rollback"): 400,
+    ("POST", "/v1/sessions/{session_id:uuid}/messages"): 400,
+    ("POST", "/v1/memories"): 400,
+    ("PUT", "/v1/memories/by-key"): 400,
+    ("PUT", "/v1/memory-categories/{name:str}"): 403,
+    ("POST", "/v1/memory-types"): 403,
+    ("POST", "/v1/intents/analyze"): 400,
+    ("PUT", "/v1/intents/{name:str}"): 403,
+    ("PUT", "/v1/intent-modifiers/{name:str}"): 403,
+    ("POST", "/v1/subscriptions"): 403,
+    ("POST", "/webhooks/n8n/coordination"): 400,
+    ("POST", "/webhooks/n8n/memory"): 400,
+    ("POST", "/webhooks/n8n/cleanup"): 403,  # needs the coordination_manager role
+}
+
+
+def _routes_with_a_body(app: Litestar) -> set[tuple[str, str]]:
+    """(method, path) of every handler that takes a body (a ``data`` parameter)."""
+    found = set()
+    for route in app.routes:
+        for method, (handler, _) in getattr(route, "route_handler_map", {}).items():
+            if "data" in handler.parsed_fn_signature.parameters:
+                found.add((method, route.path))
+    return found
+
+
+async def test_permission_is_decided_before_the_body_is_parsed_on_every_route(
+    running_app: Litestar, make_agent_client: Any
+) -> None:
+    """A key that may not call a route learns nothing about the body it would need."""
+    routes = _routes_with_a_body(running_app)
+    assert routes == set(_PLAIN_AGENT_WITH_A_MALFORMED_BODY), "list every route with a body"
+    headers = {"content-type": "application/json"}
+    async with await make_agent_client("Probe_Agent", ["authorized"]) as agent:
+        for method, path in sorted(routes):
+            concrete = re.sub(r"\{name:str\}", "Make_Plan_Agent", path)
+            response = await agent.request(
+                method, _concrete_path(concrete), content=_MALFORMED, headers=headers
+            )
+            expected = _PLAIN_AGENT_WITH_A_MALFORMED_BODY[(method, path)]
+            assert response.status_code == expected, (method, path, response.text)
+            assert_problem(response, expected)
+        # Where the key and the path do allow the call, the body is what is wrong.
+        own_card = await agent.post(
+            "/v1/agents/Probe_Agent/card", content=_MALFORMED, headers=headers
+        )
+        assert_problem(own_card, 400)
+    async with await make_agent_client("N8n_Integration", ["coordination_manager"]) as n8n:
+        cleanup = await n8n.post("/webhooks/n8n/cleanup", content=_MALFORMED, headers=headers)
+        assert_problem(cleanup, 400)

@@ -14,7 +14,7 @@ from litestar import Litestar
 from app.asgi import create_app
 from app.settings import CoordinationSettings, DatabaseSettings, Settings
 from tests.agent_server import AgentServer
-from tests.conftest import ADMIN_KEY, app_client, lifespan_of
+from tests.conftest import ADMIN_KEY, LOOPBACK_ALLOWED, app_client, lifespan_of
 from tests.integration.helpers import assert_problem, create_session, create_user, if_match
 
 
@@ -23,6 +23,7 @@ def settings() -> Settings:
     return Settings(
         database=DatabaseSettings(pool_min_size=1, pool_max_size=5),
         coordination=CoordinationSettings(breaker_sync_seconds=0.2, rules_cache_seconds=0),
+        outbound=LOOPBACK_ALLOWED,
     )
 
 

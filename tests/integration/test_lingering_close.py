@@ -14,11 +14,10 @@ import re
 import socket
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 
-from bench.serve import spawn
+from bench.serve import free_port, memory_kib, spawn
 from tests import dbutil
 from tests.conftest import ADMIN_KEY
 
@@ -36,17 +35,7 @@ class Server:
 
 def peak_rss_kib(pid: int) -> int:
     """The process's peak resident set size (VmHWM), in KiB."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1])
-    raise AssertionError("no VmHWM in /proc/<pid>/status")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+    return memory_kib(pid, "VmHWM")
 
 
 @pytest.fixture(scope="module")

@@ -20,8 +20,11 @@ from app.db.pool import Database
 from app.maintenance import repository as maintenance_repo
 from app.maintenance.events import EventService
 from app.maintenance.service import JOBS, MaintenanceService, slot_start
+from app.outbound.policy import OutboundPolicy
+from app.outbound.transport import outbound_client
 from app.settings import DatabaseSettings, SchedulerSettings, SessionSettings
 from tests.agent_server import AgentServer
+from tests.conftest import LOOPBACK_ALLOWED
 from tests.integration.helpers import assert_problem, create_session, create_user, if_match
 
 
@@ -685,8 +688,9 @@ async def test_events_are_delivered_signed_retried_and_dead_after_n(
     await make_replica().run_now("expiry_cleanup", dry_run=False)
 
     settings = SchedulerSettings(delivery_max_attempts=3)
-    async with httpx.AsyncClient() as http:
-        events = EventService(database, frozen_clock, settings, http)
+    outbound = OutboundPolicy(LOOPBACK_ALLOWED)
+    async with outbound_client(outbound) as http:
+        events = EventService(database, frozen_clock, settings, http, outbound)
         receiver.behaviour = "fail"
         receiver.status = 500
         assert await events.deliver_due() == 2
@@ -717,8 +721,8 @@ async def test_events_are_delivered_signed_retried_and_dead_after_n(
     receiver.behaviour = "fail"
     event_id = delivered[0]["event_id"]
     assert (await client.post(f"/v1/events/{event_id}/redeliver")).json() == {"deliveries": 1}
-    async with httpx.AsyncClient() as http:
-        events = EventService(database, frozen_clock, settings, http)
+    async with outbound_client(outbound) as http:
+        events = EventService(database, frozen_clock, settings, http, outbound)
         for _ in range(3):
             await events.deliver_due()
             frozen_clock.advance(timedelta(hours=1))

@@ -17,6 +17,7 @@ import pytest
 from app.coordination.pending import MAX_PENDING_ATTEMPTS
 from app.settings import CoordinationSettings, DatabaseSettings, Settings
 from tests.agent_server import AgentServer
+from tests.conftest import LOOPBACK_ALLOWED
 from tests.integration.helpers import assert_problem, create_session
 
 SPECIALISTS = ["Make_Plan_Agent", "Add_Changes_Agent", "Educate_Customer_Agent"]
@@ -59,6 +60,7 @@ def settings() -> Settings:
     return Settings(
         database=DatabaseSettings(pool_min_size=1, pool_max_size=5),
         coordination=CoordinationSettings(breaker_sync_seconds=0.2, rules_cache_seconds=0),
+        outbound=LOOPBACK_ALLOWED,
     )
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from app.db.queries import QUERIES, QUERY_DIR, Queries, parse_named_queries
+from app.settings import PROJECT_ROOT
 
 # What PostgreSQL ignores when it looks for $n parameters: string literals and line comments.
 _LITERAL_OR_COMMENT = re.compile(r"'(?:[^']|'')*'|--[^\n]*")
@@ -27,6 +28,11 @@ _SESSION_STATE = re.compile(
     r"|\bpg_(?:try_)?advisory_lock(?:_shared)?\s*\(",
     re.IGNORECASE,
 )
+
+
+# Statements that hold session state on purpose, sent only on a connection of their own
+# (never a pooled one): the replica presence lock, which must last as long as its connection.
+DEDICATED_CONNECTION = {("presence", "take_replica_presence")}
 
 
 def executable_text(statement: str) -> str:
@@ -173,7 +179,21 @@ def test_statement_shape(stem: str, name: str, statement: str) -> None:
     numbers = sorted({int(n) for n in _PARAMETER.findall(executable_text(statement))})
     assert numbers == list(range(1, len(numbers) + 1)), f"{stem}.{name} uses ${numbers}"
     leftover = _SESSION_STATE.search(executable_text(statement))
+    if (stem, name) in DEDICATED_CONNECTION:
+        assert leftover is not None, f"{stem}.{name} no longer needs its exemption"
+        return
     assert leftover is None, f"{stem}.{name} leaves session state: {leftover.group(0)!r}"
+
+
+def test_session_state_queries_run_only_on_their_own_connection() -> None:
+    # The exempt queries' file is used by one module, which never touches the pool.
+    users = [
+        path.relative_to(PROJECT_ROOT).as_posix()
+        for path in sorted((PROJECT_ROOT / "app").rglob("*.py"))
+        if "QUERIES.presence" in path.read_text(encoding="utf-8")
+    ]
+    assert users == ["app/db/presence.py"]
+    assert ".pool" not in (PROJECT_ROOT / "app/db/presence.py").read_text(encoding="utf-8")
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,304 @@
+"""Who holds an Idempotency-Key in progress, and when a retry may take it over.
+
+A key in progress is held by its request's claim: the claim names its replica, whose
+presence lock dies with the process, and carries a lease renewed while the request runs.
+A retry while the holder lives gets 409 with Retry-After; a retry after the holder died
+runs at once; a holder that is alive but stopped renewing loses the key after its lease.
+The holders here are real: a server process killed with SIGKILL, slow agents on 127.0.0.1,
+raw connections that hold (or drop) a replica's presence lock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import time
+from collections.abc import AsyncIterator
+from datetime import datetime, timedelta
+from typing import Any
+
+import asyncpg
+import httpx
+import pytest
+
+from app.auth.principal import ADMIN
+from app.clock import SystemClock
+from app.db.pool import Connection, Database
+from app.errors import Conflict
+from app.memories.schemas import Memory, MemoryWrite
+from app.memories.service import MemoryService
+from app.settings import DatabaseSettings, MemorySettings, Settings, WebhookSettings
+from app.webhooks.idempotency import IdempotencyService, Seal, request_hash
+from bench.serve import spawn
+from tests.agent_server import AgentServer
+from tests.conftest import ADMIN_KEY, LOOPBACK_ALLOWED
+from tests.integration.helpers import assert_problem, create_user
+
+LEASE = timedelta(seconds=1)
+COORDINATION = "/webhooks/n8n/coordination"
+MESSAGE = {"user_ref": "telegram:7", "text": "make me a budget"}
+
+
+@pytest.fixture
+def settings() -> Settings:
+    # A short lease, so a test can outlive it; renewed every third of it.
+    return Settings(
+        database=DatabaseSettings(pool_min_size=1, pool_max_size=5),
+        webhooks=WebhookSettings(idempotency_lease=LEASE),
+        outbound=LOOPBACK_ALLOWED,
+    )
+
+
+@pytest.fixture
+async def agent() -> AsyncIterator[AgentServer]:
+    server = await AgentServer().start()
+    yield server
+    await server.stop()
+
+
+async def plan_agent_at(client: httpx.AsyncClient, agent: AgentServer) -> None:
+    """Messages about a budget go to Make_Plan_Agent: let it be the slow agent."""
+    response = await client.patch(
+        "/v1/agents/Make_Plan_Agent",
+        json={"url": agent.url, "timeout_ms": 60000, "retry_attempts": 0},
+    )
+    assert response.status_code == 200, response.text
+
+
+async def wait_for(condition: Any, seconds: float = 10.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        await asyncio.sleep(0.01)
+
+
+async def key_row(url: str, key: str) -> dict[str, Any]:
+    """The key's row as JSON (whatever columns the schema has)."""
+    conn = await asyncpg.connect(url)
+    try:
+        row: str | None = await conn.fetchval(
+            "SELECT to_jsonb(k)::text FROM idempotency_keys k WHERE key = $1", key
+        )
+    finally:
+        await conn.close()
+    assert row is not None, f"no key {key}"
+    found: dict[str, Any] = json.loads(row)
+    return found
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+async def test_a_retry_after_the_holders_process_was_killed_runs_at_once(
+    client: httpx.AsyncClient, database_url: str, agent: AgentServer
+) -> None:
+    """The original never finished and never will: its key must not block the retry."""
+    await plan_agent_at(client, agent)
+    agent.behaviour = "hang"
+    port = free_port()
+    env = {
+        "SWITCHBOARD_DATABASE_URL": database_url,
+        "SWITCHBOARD_ADMIN_KEY": ADMIN_KEY,
+        "SWITCHBOARD_OUTBOUND_ALLOW_LOOPBACK": "true",  # the agent is on 127.0.0.1
+    }
+    process = await asyncio.to_thread(spawn, "switchboard", port, env)
+    headers = {"Authorization": f"Bearer {ADMIN_KEY}", "Idempotency-Key": "exec-killed"}
+    try:
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as other:
+            original = asyncio.create_task(
+                other.post(COORDINATION, json=MESSAGE, headers=headers, timeout=60)
+            )
+            await wait_for(lambda: len(agent.requests) == 1)  # claimed, waiting on the agent
+            held = await key_row(database_url, "exec-killed")
+            assert held["status"] == "in_progress"
+            os.kill(process.pid, signal.SIGKILL)
+            killed = time.monotonic()
+            with pytest.raises(httpx.HTTPError):
+                await original
+    finally:
+        process.kill()
+        process.wait(timeout=10)
+
+    agent.behaviour = "ok"
+    # PostgreSQL drops a killed process's presence lock within milliseconds (its sockets
+    # close with it): a client retrying every 50 ms is through within a second.
+    while True:
+        retry = await client.post(COORDINATION, json=MESSAGE, headers=headers)
+        recovered = time.monotonic() - killed
+        if retry.status_code != 409 or recovered > 1.0:
+            break
+        await asyncio.sleep(0.05)
+    assert retry.status_code == 200, retry.text
+    assert "idempotent-replayed" not in retry.headers
+    assert retry.json()["agent"] == "Make_Plan_Agent"
+    assert retry.json()["degraded"] is False
+    # Its process's presence, not the dead claim's lease (15 s by default), freed the key.
+    assert recovered < 1.0
+    assert datetime.fromisoformat(held["lease_expires_at"]).timestamp() - time.time() > 5
+    replay = await client.post(COORDINATION, json=MESSAGE, headers=headers)
+    assert replay.headers["idempotent-replayed"] == "true"
+    assert replay.json() == retry.json()
+
+
+async def test_a_retry_while_the_first_request_runs_gets_409_then_its_stored_answer(
+    client: httpx.AsyncClient, database_url: str, agent: AgentServer
+) -> None:
+    """Longer than the lease: the running request renews it, so the retry still waits."""
+    await plan_agent_at(client, agent)
+    release = asyncio.Event()
+
+    async def slow() -> None:
+        await release.wait()
+
+    agent.before_reply = slow
+    headers = {"Idempotency-Key": "exec-slow"}
+    first = asyncio.create_task(client.post(COORDINATION, json=MESSAGE, headers=headers))
+    await wait_for(lambda: len(agent.requests) == 1)
+    await asyncio.sleep(2.5 * LEASE.total_seconds())
+
+    repeat = await client.post(COORDINATION, json=MESSAGE, headers=headers)
+    problem = assert_problem(repeat, 409)
+    assert "still being processed" in problem["detail"]
+    assert problem["retryable"] is True
+    assert repeat.headers["retry-after"] == "1"
+    assert len(agent.requests) == 1  # the repeat did not run
+
+    release.set()
+    answer = await first
+    assert answer.status_code == 200, answer.text
+    replay = await client.post(COORDINATION, json=MESSAGE, headers=headers)
+    assert replay.status_code == 200
+    assert replay.headers["idempotent-replayed"] == "true"
+    assert replay.json() == answer.json()
+    assert len(agent.requests) == 1
+    assert (await key_row(database_url, "exec-slow"))["status"] == "completed"
+
+
+async def insert_claim(
+    conn: asyncpg.Connection, key: str, body: dict[str, Any], owner: str, lease: timedelta
+) -> None:
+    """An in-progress claim of the admin's, as a replica named ``owner`` would write it."""
+    await conn.execute(
+        "INSERT INTO idempotency_keys (principal, key, endpoint, request_hash, status,"
+        " created_at, expires_at, lease_owner, lease_token, lease_expires_at)"
+        " VALUES ('admin', $1, '/webhooks/n8n/cleanup', $2, 'in_progress', now(),"
+        " now() + interval '1 day', $3, gen_random_uuid(), now() + $4)",
+        key,
+        request_hash("/webhooks/n8n/cleanup", body),
+        owner,
+        lease,
+    )
+
+
+async def test_a_claim_whose_replica_is_gone_is_taken_over_at_once(
+    client: httpx.AsyncClient, database_url: str
+) -> None:
+    body = {"dry_run": True}
+    headers = {"Idempotency-Key": "held-by-other"}
+    holder = await asyncpg.connect(database_url)  # the other replica's presence connection
+    try:
+        assert await holder.fetchval(
+            "SELECT pg_try_advisory_lock(replica_lock_space(), hashtext('replica-b'))"
+        )
+        await insert_claim(holder, "held-by-other", body, "replica-b", timedelta(minutes=10))
+        repeat = await client.post("/webhooks/n8n/cleanup", json=body, headers=headers)
+        assert_problem(repeat, 409)
+    finally:
+        await holder.close()  # replica-b's process ends
+    retry = await client.post("/webhooks/n8n/cleanup", json=body, headers=headers)
+    assert retry.status_code == 200, retry.text
+    assert retry.json()["dry_run"] is True
+
+
+async def test_a_live_replica_that_stops_renewing_loses_the_key_after_its_lease(
+    client: httpx.AsyncClient, database_url: str
+) -> None:
+    """A frozen or cut-off replica keeps its presence lock; the lease bounds the wait."""
+    body = {"dry_run": True}
+    headers = {"Idempotency-Key": "frozen"}
+    holder = await asyncpg.connect(database_url)
+    try:
+        assert await holder.fetchval(
+            "SELECT pg_try_advisory_lock(replica_lock_space(), hashtext('replica-frozen'))"
+        )
+        await insert_claim(holder, "frozen", body, "replica-frozen", timedelta(seconds=1.5))
+        assert_problem(await client.post("/webhooks/n8n/cleanup", json=body, headers=headers), 409)
+        await asyncio.sleep(1.6)
+        retry = await client.post("/webhooks/n8n/cleanup", json=body, headers=headers)
+        assert retry.status_code == 200, retry.text
+    finally:
+        await holder.close()
+
+
+async def test_a_claim_written_before_leases_keeps_its_12_minutes(
+    client: httpx.AsyncClient, database_url: str
+) -> None:
+    """A replica that predates revision 0012 (a rolling upgrade) writes no owner or lease:
+    its claim keeps the 12 minutes it would have waited, then is free."""
+    body = {"dry_run": True}
+    headers = {"Idempotency-Key": "old-replica"}
+    conn = await asyncpg.connect(database_url)
+    try:
+        await conn.execute(
+            "INSERT INTO idempotency_keys (principal, key, endpoint, request_hash, status,"
+            " created_at, expires_at) VALUES ('admin', 'old-replica', '/webhooks/n8n/cleanup',"
+            " $1, 'in_progress', now(), now() + interval '1 day')",
+            request_hash("/webhooks/n8n/cleanup", body),
+        )
+        assert_problem(await client.post("/webhooks/n8n/cleanup", json=body, headers=headers), 409)
+        await conn.execute(
+            "UPDATE idempotency_keys SET lease_expires_at = now() - interval '1 second'"
+            " WHERE key = 'old-replica'"
+        )
+    finally:
+        await conn.close()
+    retry = await client.post("/webhooks/n8n/cleanup", json=body, headers=headers)
+    assert retry.status_code == 200, retry.text
+
+
+async def test_a_write_whose_key_was_taken_over_meanwhile_is_rolled_back(
+    client: httpx.AsyncClient, database_url: str
+) -> None:
+    """The token fences the holder: a memory write sealed under a key another request took
+    over is not made (that request makes it), and the other claim stays untouched."""
+    user_id = await create_user(client)
+    database = Database(database_url, DatabaseSettings(pool_min_size=1, pool_max_size=2))
+    await database.open()
+    try:
+        service = IdempotencyService(database, SystemClock(), timedelta(hours=24), LEASE)
+        memories = MemoryService(database, SystemClock(), MemorySettings())
+
+        async def handler(seal: Seal | None) -> tuple[int, dict[str, Any]]:
+            assert seal is not None
+            async with database.connection() as conn:  # a retry took the key over
+                await conn.execute(
+                    "UPDATE idempotency_keys SET lease_token = gen_random_uuid(),"
+                    " lease_owner = 'thief' WHERE key = 'exec-fenced'"
+                )
+
+            async def store(conn: Connection, stored: list[Memory]) -> None:
+                await seal(conn, {"memory_id": str(stored[0].memory_id)})
+
+            write = MemoryWrite(user_id=user_id, memory_type="data_collection", content=1)
+            await memories.write([write], ADMIN, batch=False, before_commit=store)
+            return 200, {"written": True}
+
+        with pytest.raises(Conflict) as raised:
+            await service.run("admin", "exec-fenced", "/webhooks/n8n/memory", {}, handler)
+        assert "taken over" in raised.value.detail
+        async with database.connection() as conn:
+            assert await conn.fetchval("SELECT count(*) FROM memories") == 0
+            row = await conn.fetchrow(
+                "SELECT status, lease_owner FROM idempotency_keys WHERE key = 'exec-fenced'"
+            )
+            assert row is not None
+            assert tuple(row) == ("in_progress", "thief")
+    finally:
+        await database.close()
