@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 import secrets
@@ -200,23 +201,23 @@ def create_app(
     async def lifespan(_: Litestar) -> AsyncIterator[None]:
         await database.open()
         try:
-            await presence.start()
-            await idempotency.start()
-            await breakers.start()
-            if scheduler is not None:
-                scheduler.start()
-            if settings.server.gc_freeze:
-                gc.collect()  # what is garbage now should not be frozen with the rest
-                gc.freeze()
-            try:
-                yield
-            finally:
+            # Each part is stopped (in reverse order) once it has started, also when a
+            # later one fails to start: no background task outlives a failed start-up.
+            async with contextlib.AsyncExitStack() as started:
+                started.push_async_callback(http.aclose)
+                await presence.start()
+                started.push_async_callback(presence.stop)
+                await idempotency.start()
+                started.push_async_callback(idempotency.stop)
+                await breakers.start()
+                started.push_async_callback(breakers.stop)
                 if scheduler is not None:
-                    scheduler.shutdown()
-                await breakers.stop()
-                await idempotency.stop()
-                await presence.stop()
-                await http.aclose()
+                    scheduler.start()
+                    started.callback(scheduler.shutdown)
+                if settings.server.gc_freeze:
+                    gc.collect()  # what is garbage now should not be frozen with the rest
+                    gc.freeze()
+                yield
         finally:
             await database.close()
 

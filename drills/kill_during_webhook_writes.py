@@ -4,10 +4,10 @@ Sixteen writers send memory writes through /webhooks/n8n/memory, each under a ke
 own, and retry each key until it succeeds (every 50 ms, as fast as a client could), as
 n8n's Retry On Fail does. A coordination call whose agent hangs holds one more key. After
 3 s the server is SIGKILLed and started again. Expectations: the keys in progress at the
-kill are free as soon as the process is gone (no 409 after the restart: no waiting out a
-timeout), every key ends with exactly one memory row (none written twice, none lost),
-the hanging call's retry runs at once, and the keys in progress at the kill had written
-nothing (a memory write commits with its stored answer).
+kill are free within the renewal grace (2.5 s) of the kill (no 409 after that: no waiting
+out a lease or a timeout), every key ends with exactly one memory row (none written twice,
+none lost), the hanging call's retry runs once the grace has passed, and the keys in
+progress at the kill had written nothing (a memory write commits with its stored answer).
 
 Runs against its own embedded PostgreSQL (pgserver) in a temporary folder; bounded to
 about 30 s; talks only to 127.0.0.1.
@@ -35,6 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from app.db.migrate import upgrade  # noqa: E402
+from app.webhooks.idempotency import RENEWAL_GRACE  # noqa: E402
 from bench.serve import spawn  # noqa: E402
 from tests.agent_server import AgentServer  # noqa: E402
 
@@ -245,9 +246,16 @@ async def drill() -> dict[str, Any]:
             max(in_flight_done, default=0.0), 3
         ),
         "writes_in_progress_at_kill_acknowledged": len(in_flight_done),
-        "slow_call_retry_statuses": slow_attempts,
-        "slow_call_done_after_restart_s": (
-            round(slow_done - ready, 3) if slow_done is not None else None
+        "last_409_after_kill_s": round(
+            max((a["done"] - killed for a in after if a["status"] == 409), default=0.0), 2
+        ),
+        "writes_in_progress_at_kill_done_after_kill_s": round(
+            max((log.acked[k]["at"] - killed for k in in_progress if k in log.acked), default=0),
+            2,
+        ),
+        "slow_call_retry_statuses": sorted(set(slow_attempts)),
+        "slow_call_done_after_kill_s": (
+            round(slow_done - killed, 3) if slow_done is not None else None
         ),
         "keys_left_in_progress": keys_left_in_progress,
     }
@@ -256,6 +264,8 @@ async def drill() -> dict[str, Any]:
 def main() -> None:
     result = asyncio.run(drill())
     print(json.dumps(result, indent=2))
+    grace = RENEWAL_GRACE.total_seconds()
+    restart = result["first_answer_after_kill_s"]
     ok = (
         result["keys"] == result["keys_acknowledged"]
         and result["keys_with_one_row"] == result["keys_acknowledged"]
@@ -266,9 +276,11 @@ def main() -> None:
         and result["writes_in_progress_at_kill_acknowledged"]
         == result["writes_in_progress_at_kill"]
         and result["presence_lock_gone_after_kill_ms"] < 1000
-        and "409" not in result["answers_after_restart"]
-        and result["slow_call_retry_statuses"] == [200]
-        and result["writes_in_progress_at_kill_done_within_s_of_restart"] < 2
+        # A 409 only while the dead claims were still within their renewal grace.
+        and result["last_409_after_kill_s"] <= grace + 0.5
+        and set(result["slow_call_retry_statuses"]) <= {200, 409}
+        and (result["slow_call_done_after_kill_s"] or 99) <= max(grace, restart) + 1.0
+        and result["writes_in_progress_at_kill_done_after_kill_s"] <= max(grace, restart) + 1.0
         and result["keys_left_in_progress"] == 0
     )
     print("drill passed" if ok else "drill FAILED")

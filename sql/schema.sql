@@ -512,14 +512,17 @@ CREATE TABLE idempotency_keys (
     created_at timestamptz NOT NULL,
     expires_at timestamptz NOT NULL,
     -- The claim of the request running under the key (revision 0012). A retry takes an
-    -- in_progress key over once its holder is gone: the lease ran out (renewed every few
-    -- seconds while the request runs) or the owner replica holds no presence lock (its
-    -- process died). The token fences the holder: it completes or forgets only its own claim.
+    -- in_progress key over once its holder is gone: the lease ran out (renewed every second
+    -- while the request runs), or the owner replica holds no presence lock (its process
+    -- died) and has not renewed the lease for a moment (a live replica whose presence
+    -- connection alone dropped still renews). The token fences the holder: it completes or
+    -- forgets only its own claim.
     -- A claim written by a replica older than 0012 has no owner and keeps the 12 minutes
     -- that replica waited.
     lease_owner text,
     lease_token uuid,
     lease_expires_at timestamptz NOT NULL DEFAULT now() + interval '12 minutes',
+    lease_renewed_at timestamptz,
     PRIMARY KEY (principal, key)
 );
 

@@ -12,7 +12,10 @@ whichever serializer or column meets the value first:
   first, nothing here can represent the second, and PostgreSQL's bigint stops at the same
   bound;
 - a NUL character (``\\u0000``) in a string or an object key is refused (422 naming the
-  field): PostgreSQL's text and jsonb cannot store it.
+  field): PostgreSQL's text and jsonb cannot store it;
+- an object that names a member twice is refused (400): RFC 8259 leaves its meaning to the
+  parser (most keep the last, some the first), so two readers of the same body, a proxy's
+  signature check and this service say, could see different requests.
 """
 
 from __future__ import annotations
@@ -80,7 +83,40 @@ def decode_json(raw: bytes) -> Any:
         raise MalformedJson(f"The body is not valid JSON: {exc}.") from None
     if _LONG_DIGIT_RUN in raw.translate(_DIGITS_ONLY) or _NUL_ESCAPE in raw:
         _refuse_unstorable(value)
+    if b"{" in raw:
+        _refuse_duplicate_keys(raw)
     return value
+
+
+class _DuplicateKey(Exception):
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def _unique_members(pairs: list[tuple[str, Any]]) -> None:
+    names = {name for name, _ in pairs}
+    if len(names) != len(pairs):
+        seen: set[str] = set()
+        for name, _ in pairs:
+            if name in seen:
+                raise _DuplicateKey(name)
+            seen.add(name)
+
+
+def _refuse_duplicate_keys(raw: bytes) -> None:
+    """400 if an object of the (already decoded, so valid) document names a member twice.
+    msgspec keeps the last silently; the standard library's decoder reports each object's
+    members in order (about 4 µs for a typical body, 12 ms for a dense 1 MiB one)."""
+    try:
+        json.loads(raw, object_pairs_hook=_unique_members)
+    except _DuplicateKey as duplicate:
+        name = field_path((duplicate.key,))
+        raise MalformedJson(
+            f"The body names the member {name!r} twice in one object; each name may appear "
+            "once (RFC 8259 leaves a repeated one's meaning to the reader).",
+            errors=[{"field": name, "message": "appears twice in one object"}],
+        ) from None
 
 
 def unstorable_values(value: Any) -> list[dict[str, str]]:
@@ -140,13 +176,17 @@ def _not_utf8(raw: bytes) -> MalformedJson:
     return MalformedJson("The body is not valid UTF-8; JSON is sent as UTF-8.")  # pragma: no cover
 
 
+def fits_int64(digits: str) -> bool:
+    """True if the decimal integer ``digits`` (an optional minus, then digits) lies in the
+    signed 64-bit range. Counting digits first keeps int() away from thousands of them
+    (CPython refuses to convert those)."""
+    if len(digits) - digits.startswith("-") > _INT64_DIGITS:
+        return False
+    return INT64_MIN <= int(digits) <= INT64_MAX
+
+
 def _parse_int(text: str) -> int | _OutOfRange:
-    digits = len(text) - text.startswith("-")
-    # Counting digits first keeps int() away from thousands of them (CPython refuses those).
-    if digits > _INT64_DIGITS:
-        return _OutOfRange(text, integer=True)
-    number = int(text)
-    return number if INT64_MIN <= number <= INT64_MAX else _OutOfRange(text, integer=True)
+    return int(text) if fits_int64(text) else _OutOfRange(text, integer=True)
 
 
 def _parse_float(text: str) -> float | _OutOfRange:

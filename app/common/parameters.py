@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Any, Literal, Union, get_args, get_origin
 from litestar import Litestar, Request
 from litestar.routes import HTTPRoute
 
-from app.common.jsonbody import INT64_MAX, INT64_MIN
-from app.common.validation import DATE_TIME_EXAMPLE, is_date_time_text
+from app.common.jsonbody import INT64_MAX, INT64_MIN, fits_int64
+from app.common.validation import parse_date_time
 from app.errors import InvalidParameter
 
 if TYPE_CHECKING:
@@ -107,11 +107,10 @@ def _problem(kind: Kind, value: Any) -> str | None:
     if kind == "integer":
         if not _INTEGER.fullmatch(value):
             return "expected an integer written in decimal digits"
-        # Counting digits first keeps int() away from thousands of them (CPython refuses).
-        if len(value.lstrip("-")) > len(str(INT64_MAX)) or not INT64_MIN <= int(value) <= INT64_MAX:
+        if not fits_int64(value):
             return f"expected an integer between {INT64_MIN} and {INT64_MAX} (signed 64-bit)"
     elif kind == "boolean" and value not in ("true", "false"):
         return "expected true or false"
-    elif kind == "date-time" and not is_date_time_text(value):
-        return f"expected an RFC 3339 date-time such as {DATE_TIME_EXAMPLE}"
+    elif kind == "date-time" and isinstance(problem := parse_date_time(value), str):
+        return problem
     return None

@@ -12,7 +12,10 @@ from typing import Any
 from app.errors import BadRequest, PreconditionRequired, ValidationFailed
 
 # [0-9], not \d: \d also matches other scripts' digits, which int() would then accept.
-_ENTITY_TAG = re.compile(r'[ \t]*(W/)?"([0-9]{1,18})"[ \t]*')
+_ENTITY_TAG = re.compile(r'[ \t]*(W/)?"([0-9]+)"[ \t]*')
+# Versions stay below 2**62 (a session would need billions of writes a second for centuries).
+MAX_VERSION = (1 << 62) - 1
+_MAX_VERSION_DIGITS = len(str(MAX_VERSION))
 
 
 def etag(version: int) -> str:
@@ -38,7 +41,15 @@ def parse_if_match(header: str | None) -> set[int] | None:
             )
         if match.group(1):
             raise BadRequest("If-Match needs a strong entity tag; W/ tags never match.")
-        versions.add(int(match.group(2)))
+        digits = match.group(2)
+        # A tag of 0 is well formed and simply matches nothing (409 when compared); one
+        # past the largest version would need an integer the stack does not hold.
+        if len(digits) > _MAX_VERSION_DIGITS or int(digits) > MAX_VERSION:
+            raise BadRequest(
+                f"If-Match names a version above {MAX_VERSION}, the largest there can be.",
+                header="If-Match",
+            )
+        versions.add(int(digits))
     return versions
 
 
@@ -69,9 +80,11 @@ def body_base_version(value: Any) -> int | None:
     """``base_version`` taken from a free-form (merge patch) body; 422 unless a positive int."""
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value < 1 << 62:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_VERSION:
         raise ValidationFailed(
-            "base_version must be a positive integer.",
-            errors=[{"field": "base_version", "message": "expected a positive integer"}],
+            f"base_version must be an integer from 1 to {MAX_VERSION}.",
+            errors=[
+                {"field": "base_version", "message": f"expected an integer from 1 to {MAX_VERSION}"}
+            ],
         )
     return value

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Annotated, Any, TypeVar
 
 import orjson
@@ -96,14 +96,33 @@ def is_date_time_text(text: str) -> bool:
 _PARSED_DATE_TIME = TypeAdapter(datetime)
 
 
+def parse_date_time(text: str) -> datetime | str:
+    """``text`` as a date-time, or why it is not one a client may send: RFC 3339 text
+    whose instant lies within 0001-01-01 and 9999-12-31 in UTC (a later or earlier one
+    cannot be compared with stored times: Python's range ends there)."""
+    if not is_date_time_text(text):
+        return f"expected an RFC 3339 date-time such as {DATE_TIME_EXAMPLE}"
+    try:
+        parsed = _PARSED_DATE_TIME.validate_python(text)
+        if parsed.tzinfo is not None:
+            parsed.astimezone(UTC)
+    except (ValueError, OverflowError):
+        return (
+            "expected an RFC 3339 date-time between 0001-01-01 and 9999-12-31 in UTC, such "
+            f"as {DATE_TIME_EXAMPLE}"
+        )
+    return parsed
+
+
 def _written_as_a_date_time(value: Any) -> Any:
     if not isinstance(value, str):
         return value
-    if not is_date_time_text(value):
-        raise ValueError(f"expected an RFC 3339 date-time such as {DATE_TIME_EXAMPLE}")
     # Parsed here: after a before-validator pydantic checks the result as a Python value,
     # and strict mode takes only a datetime object there.
-    return _PARSED_DATE_TIME.validate_python(value)
+    parsed = parse_date_time(value)
+    if isinstance(parsed, str):
+        raise ValueError(parsed)
+    return parsed
 
 
 # A date-time a client writes: RFC 3339 text, never a number of seconds.

@@ -42,6 +42,8 @@ class ReplicaPresence:
         self._held = False
         self._task: asyncio.Task[None] | None = None
         self._stopping = asyncio.Event()
+        # Set when the connection is lost, so the lock is taken again at once.
+        self._nudge = asyncio.Event()
 
     @property
     def owner(self) -> str | None:
@@ -61,6 +63,7 @@ class ReplicaPresence:
             # Ask the loop to stop rather than cancel it: a cancelled asyncpg.connect() can
             # leave a future whose error nobody retrieves.
             self._stopping.set()
+            self._nudge.set()
             try:
                 await asyncio.wait_for(self._task, timeout=10)
             except TimeoutError:
@@ -73,7 +76,8 @@ class ReplicaPresence:
     async def _keep(self) -> None:
         while not self._stopping.is_set():
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stopping.wait(), timeout=self._check_interval)
+                await asyncio.wait_for(self._nudge.wait(), timeout=self._check_interval)
+            self._nudge.clear()
             if self._stopping.is_set():
                 return
             try:
@@ -111,6 +115,7 @@ class ReplicaPresence:
 
     def _on_lost(self, _conn: object) -> None:
         self._held = False
+        self._nudge.set()
 
     async def _close(self) -> None:
         self._held = False

@@ -43,8 +43,11 @@ METADATA_NETWORKS = _networks(
 METADATA_HOSTS = ("metadata.google.internal", "metadata.goog")
 # Never an HTTP server a message should reach: "this network" (0.0.0.0 connects to the
 # host itself on Linux), the unspecified IPv6 address, multicast, broadcast and reserved.
+# Also the IPv6 ranges that only tunnel to or translate somewhere else (Teredo, the
+# deprecated site-local range): no agent is reached through them on purpose.
 NEVER_NETWORKS = _networks(
     "0.0.0.0/8", "::/128", "224.0.0.0/4", "ff00::/8", "240.0.0.0/4", "255.255.255.255/32",
+    "2001::/32", "fec0::/10",
 )  # fmt: skip
 LOOPBACK_NETWORKS = _networks("127.0.0.0/8", "::1/128")
 LINK_LOCAL_NETWORKS = _networks("169.254.0.0/16", "fe80::/10")
@@ -53,10 +56,11 @@ LINK_LOCAL_NETWORKS = _networks("169.254.0.0/16", "fe80::/10")
 PRIVATE_NETWORKS = _networks(
     "10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "fc00::/7", "100.64.0.0/10"
 )
-# IPv6 addresses that carry an IPv4 address a stack or gateway may use: NAT64's well-known
-# prefix and the deprecated IPv4-compatible form (6to4 and IPv4-mapped addresses have
-# their own properties).
-_NAT64 = ipaddress.ip_network("64:ff9b::/96")
+# IPv6 addresses that carry an IPv4 address in their last 32 bits, which a stack or a
+# gateway may use: NAT64's well-known prefix and its local-use one (RFC 8215), the
+# IPv4-translated form (SIIT, ::ffff:0:0:0/96) and the deprecated IPv4-compatible form
+# (6to4 and IPv4-mapped addresses have their own properties).
+_CARRIES_IPV4_IN_LAST_32 = _networks("64:ff9b::/96", "64:ff9b:1::/48", "::ffff:0:0:0/96")
 _IPV4_COMPATIBLE = ipaddress.ip_network("::/96")
 
 
@@ -89,6 +93,16 @@ def normalise_host(host: str) -> str:
     return host.strip("[]").rstrip(".").lower()
 
 
+def rule_host(host: str) -> str:
+    """A host rule from the settings, spelled as a URL's host is compared: a name written
+    in Unicode becomes its IDNA (punycode) form, as httpx encodes it; ``*.`` stays."""
+    wildcard = host.startswith("*.")
+    name = normalise_host(host[2:] if wildcard else host)
+    if not name.isascii():
+        name = httpx.URL(f"http://{name}/").raw_host.decode("ascii")
+    return f"*.{name}" if wildcard else name
+
+
 def literal_address(host: str) -> IPAddress | None:
     """The address a host names literally, or None for a name."""
     try:
@@ -103,7 +117,7 @@ def _views(address: IPAddress) -> list[IPAddress]:
     if isinstance(address, IPv6Address):
         embedded = address.ipv4_mapped or address.sixtofour
         compatible = address in _IPV4_COMPATIBLE and int(address) > 1  # not :: nor ::1
-        if embedded is None and (address in _NAT64 or compatible):
+        if embedded is None and (_within(address, _CARRIES_IPV4_IN_LAST_32) or compatible):
             embedded = IPv4Address(int(address) & 0xFFFFFFFF)
         if embedded is not None:
             views.append(embedded)
@@ -121,8 +135,8 @@ class OutboundPolicy:
         self._settings = settings
         self._resolve = resolver or system_resolver
         self._metadata_hosts = [HostPattern(h) for h in METADATA_HOSTS]
-        self._allow_hosts = [HostPattern(normalise_host(h)) for h in settings.allow_hosts]
-        self._deny_hosts = [HostPattern(normalise_host(h)) for h in settings.deny_hosts]
+        self._allow_hosts = [HostPattern(rule_host(h)) for h in settings.allow_hosts]
+        self._deny_hosts = [HostPattern(rule_host(h)) for h in settings.deny_hosts]
         self._allow_networks = tuple(settings.allow_networks)
 
     def refusal_for_url(self, url: httpx.URL) -> str | None:

@@ -17,6 +17,7 @@ from uuid import UUID
 import msgspec
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
+from app.common.preconditions import MAX_VERSION
 from app.common.validation import DateTime, reject_deep_json
 
 SessionType = Literal["multi_agent_chat", "planning_session", "consultation", "education"]
@@ -169,7 +170,7 @@ class Handoff(BaseModel):
     output_summary: ShortText | None = None
     # The outgoing agent's result: completed (default) or failed.
     outcome: Literal["completed", "failed"] = "completed"
-    base_version: int | None = Field(default=None, ge=1)
+    base_version: int | None = Field(default=None, ge=1, le=MAX_VERSION)
 
 
 class Completion(BaseModel):
@@ -178,7 +179,7 @@ class Completion(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     output_summary: ShortText | None = None
-    base_version: int | None = Field(default=None, ge=1)
+    base_version: int | None = Field(default=None, ge=1, le=MAX_VERSION)
 
 
 class Rollback(BaseModel):
@@ -187,7 +188,7 @@ class Rollback(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     to_version: int = Field(ge=1)
-    base_version: int | None = Field(default=None, ge=1)
+    base_version: int | None = Field(default=None, ge=1, le=MAX_VERSION)
 
 
 class Session(msgspec.Struct, frozen=True):

@@ -19,6 +19,7 @@ from app.common.pagination import (
     cut_page,
     decode_time_id_cursor,
 )
+from app.common.preconditions import MAX_VERSION
 from app.common.validation import validate_input
 from app.db.pool import Database
 from app.errors import Conflict, NotFound, ValidationFailed, VersionConflict
@@ -50,7 +51,6 @@ from app.sessions.state import (
 from app.settings import SessionSettings
 from app.users import repository as users_repo
 
-_NO_VERSION_CEILING = 1 << 62
 # Sessions in these states take no content changes (only `preserve` may still be set).
 _CLOSED = frozenset({"completed", "expired"})
 # Optimistic tries of a write before it falls back to locking the row (contended sessions).
@@ -117,7 +117,7 @@ class SessionService:
         self, session_id: UUID, limit: int = DEFAULT_LIMIT, cursor: str | None = None
     ) -> SessionVersionPage:
         """A session's history, newest first; the cursor is the last version seen."""
-        before = _NO_VERSION_CEILING
+        before = MAX_VERSION + 1
         if cursor is not None:
             # ASCII only: isdigit() also takes superscripts (int() then fails: a 500) and
             # other scripts' digits, none of which this server issues.

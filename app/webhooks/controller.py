@@ -4,10 +4,12 @@ run, one flat JSON answer (errors stay problem+json with a 4xx, for n8n's error 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, cast
 
 from litestar import Controller, Request, Response, post
+from litestar.connection import ASGIConnection
 from litestar.di import NamedDependency
+from litestar.handlers import BaseRouteHandler
 from litestar.params import JSONBody
 
 from app.auth.guards import integration_key
@@ -25,15 +27,24 @@ Hooks = NamedDependency[WebhookService]
 Idempotency = NamedDependency[IdempotencyService]
 
 
+async def signed(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:
+    """A guard: the signature over the raw body holds (or none is needed), checked before
+    the body is parsed, so an unsigned or forged call is a 401 whatever its body holds.
+    Litestar keeps the body it read here for the handler's parsing."""
+    if connection.scope.get("method") == "OPTIONS":
+        return
+    request = cast("AnyRequest", connection)
+    settings: WebhookSettings = request.app.state.settings.webhooks
+    clock: Clock = request.app.state.clock
+    verify_signature(settings, dict(request.headers), await request.body(), clock.now())
+
+
 async def _respond(
     request: AnyRequest,
     idempotency: IdempotencyService,
     body_key: str | None,
     handler: Callable[[Seal | None], Awaitable[dict[str, Any]]],
 ) -> Response[dict[str, Any]]:
-    settings: WebhookSettings = request.app.state.settings.webhooks
-    clock: Clock = request.app.state.clock
-    verify_signature(settings, dict(request.headers), await request.body(), clock.now())
     key = request.headers.get("idempotency-key") or body_key
 
     async def run(seal: Seal | None) -> tuple[int, dict[str, Any]]:
@@ -57,6 +68,8 @@ class N8nWebhookController(Controller):
 
     path = "/webhooks/n8n"
     tags = ["n8n"]
+    # Outer to the handlers' own guards: who signed (401) before what they may do (403).
+    guards = [signed]
 
     @post("/coordination", status_code=200, summary="A user message from an n8n workflow")
     async def coordination(

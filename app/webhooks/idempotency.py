@@ -8,13 +8,16 @@ a concurrent change), too many requests (429) and any server-side failure (5xx).
 
 A key in progress is held by its request's claim, which dies with the request: the claim
 names this replica, whose presence lock PostgreSQL drops the moment the process dies, and
-carries a lease this service renews every lease/3 while the request runs. A repeat while
+carries a lease this service renews every second while the request runs. A repeat while
 the holder lives gets 409 with Retry-After (as Stripe answers concurrent requests); a
-repeat after it died takes the key over at once, or within the lease if the holder is
-alive but cut off. The claim's token fences the holder: it completes or forgets only its
-own claim. An effect that is one database transaction (a memory write) stores its answer
-in that transaction (``Seal``), so it happens exactly once even when the process dies
-between the two; other effects are at least once across a crash (docs/design.md).
+repeat after it died takes the key over once the lease has gone unrenewed for
+RENEWAL_GRACE (about two seconds after the crash), or within the lease if the holder is
+alive but cut off. Requiring both (no presence, no recent renewal) keeps a live holder
+whose presence connection alone dropped from being taken over. The claim's token fences
+the holder: it completes or forgets only its own claim. An effect that is one database
+transaction (a memory write) stores its answer in that transaction (``Seal``), so it
+happens exactly once even when the process dies between the two; other effects are at
+least once across a crash (docs/design.md).
 """
 
 from __future__ import annotations
@@ -47,6 +50,13 @@ logger = logging.getLogger("switchboard.idempotency")
 
 # Seconds a repeat is told to wait while the first request still runs.
 RETRY_AFTER_SECONDS = 1
+# How often running requests renew their leases (at most; a lease under 3 s renews at a
+# third of it). A claim of a replica that lost its presence is taken over once it has gone
+# unrenewed for RENEWAL_GRACE: two renewals missed and a half, so a live holder whose
+# presence connection alone dropped keeps its key, and a retry after a crash runs about
+# 2 s later. A constant, not a share of the lease: replicas judge each other's claims.
+RENEWAL_INTERVAL = timedelta(seconds=1)
+RENEWAL_GRACE = timedelta(seconds=2.5)
 
 # Stores a successful (200) answer on the caller's connection, inside its transaction, so
 # the effect and the answer commit together. Raises Conflict if the key was taken over
@@ -112,6 +122,7 @@ class IdempotencyService:
         self._clock = clock
         self._ttl = ttl
         self._lease = lease
+        self.renew_every = min(RENEWAL_INTERVAL, lease / 3)
         self._presence = presence
         self._held: dict[UUID, Claim] = {}
         self._renewer: asyncio.Task[None] | None = None
@@ -217,6 +228,7 @@ class IdempotencyService:
                     now + self._ttl,
                     owner,
                     now + self._lease,
+                    now - RENEWAL_GRACE,
                 )
                 if token is not None:
                     return Claim(principal, key, token)
@@ -245,7 +257,7 @@ class IdempotencyService:
             await repo.forget_key(conn, claim.principal, claim.key, claim.token)
 
     async def _keep_leases(self) -> None:
-        interval = self._lease.total_seconds() / 3
+        interval = self.renew_every.total_seconds()
         while not self._stopping.is_set():
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stopping.wait(), timeout=interval)
@@ -254,7 +266,8 @@ class IdempotencyService:
                 continue
             try:
                 async with self._db.connection() as conn:
-                    await repo.renew_leases(conn, held, self._clock.now() + self._lease)
+                    now = self._clock.now()
+                    await repo.renew_leases(conn, held, now + self._lease, now)
             except Exception:
                 # The next round tries again; a lease that runs out meanwhile lets a retry
                 # take the key over (the token keeps this request from storing over it).

@@ -38,9 +38,12 @@ async def claim_key(
     expires_at: datetime,
     owner: str | None,
     lease_expires_at: datetime,
+    renewed_before: datetime,
 ) -> UUID | None:
     """Take the key for this request (new, expired, or its holder gone): the claim's token;
-    None if a live request holds it, it was answered, or it was used for another request."""
+    None if a live request holds it, it was answered, or it was used for another request.
+    A claim of a replica without presence is taken over only if it was last renewed no
+    later than ``renewed_before``."""
     token: UUID | None = await conn.fetchval(
         Q.claim_idempotency_key,
         principal,
@@ -51,6 +54,7 @@ async def claim_key(
         expires_at,
         owner,
         lease_expires_at,
+        renewed_before,
     )
     return token
 
@@ -87,15 +91,17 @@ async def complete_key(
 
 
 async def renew_leases(
-    conn: Connection, held: list[tuple[str, str, UUID]], lease_expires_at: datetime
+    conn: Connection, held: list[tuple[str, str, UUID]], lease_expires_at: datetime, now: datetime
 ) -> None:
-    """Push the leases of these (principal, key, token) claims to ``lease_expires_at``."""
+    """Push the leases of these (principal, key, token) claims to ``lease_expires_at``,
+    renewed ``now``."""
     await conn.execute(
         Q.renew_idempotency_leases,
         [principal for principal, _, _ in held],
         [key for _, key, _ in held],
         [token for _, _, token in held],
         lease_expires_at,
+        now,
     )
 
 

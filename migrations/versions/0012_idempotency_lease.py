@@ -3,9 +3,9 @@
 A request in flight when its process was killed used to leave its key in_progress for 12
 minutes, and every retry got 409. Now the claim names its replica (lease_owner), carries a
 token that fences its completion (lease_token) and a lease renewed while it runs
-(lease_expires_at). A retry takes the key over at once when the owner replica no longer
-holds its presence lock (replica_is_present), and within the lease when it holds it but
-stopped renewing (a frozen or cut-off replica). Rows from before have no owner and keep
+(lease_expires_at, lease_renewed_at). A retry takes the key over when the owner replica
+no longer holds its presence lock (replica_is_present) and has not renewed for a moment,
+and within the lease when it holds it but stopped renewing (a frozen or cut-off replica). Rows from before have no owner and keep
 their 12 minutes, counted from now; so do claims a replica not yet upgraded still writes.
 
 Revision ID: 0012
@@ -26,7 +26,8 @@ UPGRADE = r"""
 ALTER TABLE idempotency_keys
     ADD COLUMN lease_owner text,
     ADD COLUMN lease_token uuid,
-    ADD COLUMN lease_expires_at timestamptz NOT NULL DEFAULT now() + interval '12 minutes';
+    ADD COLUMN lease_expires_at timestamptz NOT NULL DEFAULT now() + interval '12 minutes',
+    ADD COLUMN lease_renewed_at timestamptz;
 
 CREATE FUNCTION replica_lock_space() RETURNS integer
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
@@ -53,6 +54,7 @@ DOWNGRADE = r"""
 DROP FUNCTION replica_is_present(text);
 DROP FUNCTION replica_lock_space();
 ALTER TABLE idempotency_keys
+    DROP COLUMN lease_renewed_at,
     DROP COLUMN lease_expires_at,
     DROP COLUMN lease_token,
     DROP COLUMN lease_owner;

@@ -4,14 +4,17 @@
 -- Take the key for this request, in one statement: a key never seen; one whose stored
 -- answer expired; or one still in progress for this same request whose holder is gone: its
 -- lease ran out (the holder stopped renewing it: frozen, cut off, or it lost track of the
--- key) or its replica holds no presence lock (the process died). A claim with no owner
--- (written before leases, or while its replica had lost its presence connection) waits for
--- its lease alone. No row back: the key is held by a live request, or answered (replay
--- it), or used for a different request.
+-- key), or its replica holds no presence lock (the process died) and has not renewed the
+-- lease since $9 (a moment ago).
+-- Renewals (every second) prove a live holder whose presence connection alone was lost
+-- (a network blip, a terminated backend): its request keeps the key. A claim with no
+-- owner (written before leases, or while its replica had lost its presence connection)
+-- waits for its lease alone. No row back: the key is held by a live request, or answered
+-- (replay it), or used for a different request.
 INSERT INTO idempotency_keys AS k
     (principal, key, endpoint, request_hash, status, created_at, expires_at,
-     lease_owner, lease_token, lease_expires_at)
-VALUES ($1, $2, $3, $4, 'in_progress', $5, $6, $7, gen_random_uuid(), $8)
+     lease_owner, lease_token, lease_expires_at, lease_renewed_at)
+VALUES ($1, $2, $3, $4, 'in_progress', $5, $6, $7, gen_random_uuid(), $8, $5)
 ON CONFLICT (principal, key) DO UPDATE
 SET endpoint = excluded.endpoint,
     request_hash = excluded.request_hash,
@@ -22,13 +25,16 @@ SET endpoint = excluded.endpoint,
     expires_at = excluded.expires_at,
     lease_owner = excluded.lease_owner,
     lease_token = excluded.lease_token,
-    lease_expires_at = excluded.lease_expires_at
+    lease_expires_at = excluded.lease_expires_at,
+    lease_renewed_at = excluded.lease_renewed_at
 WHERE k.expires_at <= excluded.created_at
    OR (k.status = 'in_progress'
        AND k.endpoint = excluded.endpoint
        AND k.request_hash = excluded.request_hash
        AND (k.lease_expires_at <= excluded.created_at
-            OR (k.lease_owner IS NOT NULL AND NOT replica_is_present(k.lease_owner))))
+            OR (k.lease_owner IS NOT NULL
+                AND k.lease_renewed_at <= $9
+                AND NOT replica_is_present(k.lease_owner))))
 RETURNING lease_token
 
 -- name: get_idempotency_key
@@ -47,9 +53,9 @@ WHERE principal = $1 AND key = $2 AND lease_token = $3 AND status = 'in_progress
 RETURNING key
 
 -- name: renew_idempotency_leases
--- One statement every few seconds for all the requests a replica is running.
+-- One statement every second for all the requests a replica is running. $5 now.
 UPDATE idempotency_keys AS k
-SET lease_expires_at = $4
+SET lease_expires_at = $4, lease_renewed_at = $5
 FROM unnest($1::text[], $2::text[], $3::uuid[]) AS held (principal, key, token)
 WHERE k.principal = held.principal
   AND k.key = held.key

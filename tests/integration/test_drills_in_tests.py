@@ -21,9 +21,11 @@ async def test_duplicate_json_keys_are_a_clear_answer(client: httpx.AsyncClient)
         content=raw,
         headers={"content-type": "application/json", "If-Match": '"1"'},
     )
-    # The last value wins, as in every mainstream JSON parser; never a 500.
-    assert response.status_code == 200, response.text
-    assert response.json()["progress_percentage"] == 20
+    # Refused (400 naming the key): readers differ on which value a repeat means.
+    problem = assert_problem(response, 400)
+    assert problem["errors"][0]["field"] == "progress_percentage"
+    current = (await client.get(f"/v1/sessions/{session['session_id']}")).json()
+    assert current["version"] == 1
 
 
 @pytest.mark.drill

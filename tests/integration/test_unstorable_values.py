@@ -163,3 +163,29 @@ async def test_contains_follows_the_same_rule(
     response = await client.get("/v1/memories", params={"user_id": user_id, "contains": contains})
     body = assert_problem(response, 400)
     assert body["errors"][0]["field"] == field
+
+
+async def test_a_member_named_twice_is_400_naming_it_and_nothing_is_written(
+    client: httpx.AsyncClient,
+) -> None:
+    """Last-one-wins used to store "dup-b" silently; a reader that keeps the first (a proxy
+    checking the body, say) would have seen another request."""
+    twice = b'{"external_ref": "dup-a", "external_ref": "dup-b"}'
+    problem = assert_problem(await client.post("/v1/users", content=twice, headers=JSON), 400)
+    assert problem["errors"] == [
+        {"field": "external_ref", "message": "appears twice in one object"}
+    ]
+    assert_problem(await client.get("/v1/users", params={"external_ref": "dup-b"}), 404)
+    user_id = await create_user(client)
+    nested = (
+        b'{"user_id": "%s", "memory_type": "orchestrator", "content": {"a": 1, "a": 2}}'
+        % user_id.encode()
+    )
+    assert_problem(await client.post("/v1/memories", content=nested, headers=JSON), 400)
+    assert await _memory_count(client, user_id) == 0
+    # The same name in two different objects is not a duplicate.
+    apart = (
+        b'{"user_id": "%s", "memory_type": "orchestrator", "content": [{"a": 1}, {"a": 2}]}'
+        % user_id.encode()
+    )
+    assert (await client.post("/v1/memories", content=apart, headers=JSON)).status_code == 201

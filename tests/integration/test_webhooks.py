@@ -12,6 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
+from app.asgi import create_app
 from app.clock import SystemClock
 from app.db.pool import Database
 from app.errors import (
@@ -25,6 +26,7 @@ from app.errors import (
 )
 from app.settings import DatabaseSettings, Settings, WebhookSettings
 from app.webhooks.idempotency import IdempotencyService, Seal
+from tests.conftest import ADMIN_KEY, app_client, lifespan_of
 from tests.integration.helpers import assert_problem, create_session, create_user
 
 SECRET = "webhook-secret-0123456789"
@@ -445,6 +447,31 @@ async def test_signed_requests(client: httpx.AsyncClient) -> None:
     )
     half = {"content-type": "application/json", "X-Switchboard-Signature": "v1=00"}
     assert_problem(await client.post("/webhooks/n8n/cleanup", content=body, headers=half), 401)
+
+
+async def test_a_signature_is_checked_before_the_body_is_parsed(
+    settings: Settings, database_url: str
+) -> None:
+    """With signatures required, an unsigned or forged call is a 401 whatever its body
+    holds: never the 400 or 422 that would tell it how to shape a request."""
+    strict = settings.model_copy(
+        update={"webhooks": WebhookSettings(secret=SECRET, require_signature=True)}
+    )
+    app = create_app(strict, database_url=database_url, admin_key=ADMIN_KEY, run_scheduler=False)
+    async with lifespan_of(app), app_client(app, {"Authorization": f"Bearer {ADMIN_KEY}"}) as c:
+        for path in ("/webhooks/n8n/cleanup", "/webhooks/n8n/memory", "/webhooks/n8n/coordination"):
+            for body in (b'{"job":', b'{"bogus": 1}', b"[]"):
+                unsigned = await c.post(
+                    path, content=body, headers={"content-type": "application/json"}
+                )
+                assert_problem(unsigned, 401)
+                forged = signed(b"{}")
+                assert_problem(await c.post(path, content=body, headers=forged), 401)
+        # Signed, the same malformed body is the client's to fix: 400.
+        broken = b'{"job":'
+        assert_problem(
+            await c.post("/webhooks/n8n/cleanup", content=broken, headers=signed(broken)), 400
+        )
 
 
 @pytest.mark.parametrize(

@@ -25,7 +25,7 @@ def test_if_match_parsing(header: str | None, expected: set[int] | None) -> None
     assert parse_if_match(header) == expected
 
 
-@pytest.mark.parametrize("header", ["3", 'W/"3"', '"abc"', '"1', "", '"1234567890123456789"'])
+@pytest.mark.parametrize("header", ["3", 'W/"3"', '"abc"', '"1', "", '"12345678901234567890"'])
 def test_if_match_garbage(header: str) -> None:
     with pytest.raises(BadRequest):
         parse_if_match(header)

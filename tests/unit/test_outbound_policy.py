@@ -77,6 +77,10 @@ def test_the_defaults_refuse_loopback_and_link_local_and_allow_private() -> None
         "http://[64:ff9b::a9fe:a9fe]/",  # NAT64 of the metadata address
         "http://[2002:7f00:1::]/",  # 6to4 of 127.0.0.1
         "http://[::127.0.0.1]/",  # IPv4-compatible (deprecated)
+        "http://[::ffff:0:a9fe:a9fe]/",  # IPv4-translated (SIIT) of the metadata address
+        "http://[64:ff9b:1::a9fe:a9fe]/",  # local-use NAT64 of it
+        "http://[2001::1]/",  # Teredo
+        "http://[fec0::1]/",  # site-local (deprecated)
     ],
 )
 def test_refused_by_default(url: str) -> None:
@@ -138,6 +142,11 @@ def test_deny_lists() -> None:
     assert refusal("http://hr.corp.example.com/", **denied) is not None
     assert refusal("http://corp.example.com/", **denied) is None  # only names below it
     assert refusal("http://public.example.com/", **denied) is None
+    # A rule written in Unicode matches the name however the URL spells it.
+    unicode_rule = {"deny_hosts": ["bücher.example", "*.bücher.test"]}
+    assert refusal("http://bücher.example/", **unicode_rule) is not None
+    assert refusal("http://xn--bcher-kva.example/", **unicode_rule) is not None
+    assert refusal("http://shop.xn--bcher-kva.test/", **unicode_rule) is not None
 
 
 async def test_allow_lists_narrow_and_never_reopen() -> None:

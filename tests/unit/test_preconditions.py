@@ -41,7 +41,8 @@ def test_parse_if_match_accepts(header: str | None, expected: set[int] | None) -
         "3, 4",
         'W/"3"',  # weak tags never match under If-Match
         '"1", W/"2"',
-        '"' + "1" * 19 + '"',  # more digits than any version has
+        '"' + "1" * 20 + '"',  # more digits than any version has
+        '"4611686018427387904"',  # one past the largest version (2**62 - 1)
         '"' + "9" * 19 + '"',
         '"abc"',
         '"-1"',
