@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import orjson
 import uvicorn
+from uvicorn.protocols.http import httptools_impl
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from app.errors import PROBLEM_JSON, PROBLEM_TYPE_PREFIX
@@ -63,6 +64,7 @@ class HeadLimits:
 
 # Status -> reason phrase (RFC 9110), problem title and slug (as app/errors.py writes them).
 _REFUSALS = {
+    400: ("Bad Request", "Bad request", "bad-request"),
     408: ("Request Timeout", "Request timeout", "request-timeout"),
     414: ("URI Too Long", "URI too long", "uri-too-long"),
     431: (
@@ -70,19 +72,22 @@ _REFUSALS = {
         "Request header fields too large",
         "request-header-fields-too-large",
     ),
+    503: ("Service Unavailable", "Service unavailable", "service-unavailable"),
 }
+
+
+def problem_body(status: int, detail: str) -> bytes:
+    """The problem+json document of a refusal the server gives before the app runs."""
+    _, title, slug = _REFUSALS[status]
+    return orjson.dumps(
+        {"type": PROBLEM_TYPE_PREFIX + slug, "title": title, "status": status, "detail": detail}
+    )
 
 
 def refusal(status: int, detail: str) -> bytes:
     """A whole problem+json answer that closes the connection."""
-    reason, title, slug = _REFUSALS[status]
-    problem = {
-        "type": PROBLEM_TYPE_PREFIX + slug,
-        "title": title,
-        "status": status,
-        "detail": detail,
-    }
-    body = orjson.dumps(problem)
+    reason = _REFUSALS[status][0]
+    body = problem_body(status, detail)
     head = (
         f"HTTP/1.1 {status} {reason}\r\ncontent-type: {PROBLEM_JSON}\r\n"
         f"content-length: {len(body)}\r\nconnection: close\r\n\r\n"
@@ -151,11 +156,11 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
             self._send_refusal()
 
     def send_400_response(self, msg: str) -> None:
-        """uvicorn's answer to a malformed request, or the refusal that stopped the parser."""
+        """The answer to a request that is not HTTP (uvicorn's text/plain 400 made a
+        problem+json one), or the refusal that stopped the parser."""
         if self._refused is None:
-            super().send_400_response(msg)
-        else:
-            self._send_refusal()
+            self._refused = _HeadRefused(400, f"The request is not valid HTTP/1.1: {msg}")
+        self._send_refusal()
 
     # httptools callbacks
 
@@ -255,6 +260,30 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
 
     def _peer(self) -> str:
         return f"{self.client[0]}:{self.client[1]}" if self.client else "?"
+
+
+async def _overloaded(scope: Any, receive: Any, send: Any) -> None:
+    """What a request past ``limit_concurrency`` gets: 503 as problem+json, like every other
+    refusal (uvicorn's own is text/plain), with Retry-After."""
+    body = problem_body(503, "Too many connections are open; retry in a moment.")
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 503,
+            "headers": [
+                (b"content-type", PROBLEM_JSON.encode()),
+                (b"content-length", str(len(body)).encode()),
+                (b"retry-after", b"1"),
+                (b"connection", b"close"),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+# uvicorn answers a request past limit_concurrency with this module-level ASGI app and has no
+# setting for it; uvicorn is pinned (see the module doc) and test_header_limits checks it.
+httptools_impl.service_unavailable = _overloaded  # type: ignore[attr-defined]
 
 
 def protocol_class(limits: HeadLimits) -> type[LimitedHttpToolsProtocol]:

@@ -18,6 +18,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
+import orjson
 import pytest
 
 from bench.serve import free_port, memory_kib, spawn
@@ -90,7 +91,7 @@ def request(sock: socket.socket, head: bytes) -> bytes:
     )
     while len(body) < length:
         body += sock.recv(65536)
-    return raw
+    return answer_head + b"\r\n\r\n" + body
 
 
 def get(path: str = "/health", fields: int = 0, value: bytes = b"v") -> bytes:
@@ -183,6 +184,10 @@ async def test_a_connection_past_the_limit_gets_503(server: Server) -> None:
         with socket.create_connection(("127.0.0.1", server.port)) as sock:
             answer = await asyncio.to_thread(request, sock, get())
         assert answer.startswith(b"HTTP/1.1 503 ")
+        head, body = answer.split(b"\r\n\r\n", 1)
+        assert b"content-type: application/problem+json" in head.lower()
+        assert b"retry-after: 1" in head.lower()
+        assert orjson.loads(body)["status"] == 503
     await asyncio.sleep(0.3)  # the server sees them close
     with socket.create_connection(("127.0.0.1", server.port)) as sock:
         assert (await asyncio.to_thread(request, sock, get())).startswith(b"HTTP/1.1 200 ")
@@ -200,3 +205,15 @@ async def test_ordinary_requests_are_served_as_before(server: Server) -> None:
         answer = request(sock, get("/v1/agents", fields=99))
         assert answer.startswith(b"HTTP/1.1 431 ")
         assert b"content-type: application/problem+json" in answer
+
+
+async def test_a_request_that_is_not_http_gets_a_problem_400(server: Server) -> None:
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+        sock.sendall(b"HELLO THERE\r\n\r\n")
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.1 400 ")
+    head, body = answer.split(b"\r\n\r\n", 1)
+    assert b"content-type: application/problem+json" in head.lower()
+    assert orjson.loads(body)["detail"].startswith("The request is not valid HTTP/1.1")
