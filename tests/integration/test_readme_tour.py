@@ -41,11 +41,12 @@ async def served(database_url: str, tmp_path: Path) -> AsyncIterator[Served]:
     """``switchboard serve`` on a free port, with no admin key given: it generates one into
     ``<tmp_path>/.switchboard/admin.key``, as ``make run`` does in the repository."""
     port = free_port()
-    env = {key: value for key, value in os.environ.items() if key != "SWITCHBOARD_ADMIN_KEY"} | {
+    # The defaults a user has (no test-wide settings such as the rate limit switched off).
+    env = {key: value for key, value in os.environ.items() if not key.startswith("SWITCHBOARD_")}
+    env |= {
         "SWITCHBOARD_DATABASE_URL": database_url,
         "SWITCHBOARD_DATA_DIR": str(tmp_path / ".switchboard"),
         "SWITCHBOARD_PORT": str(port),
-        "SWITCHBOARD_SCHEDULER_ENABLED": "false",
         "SWITCHBOARD_LOG_LEVEL": "WARNING",
     }
     process = await asyncio.create_subprocess_exec(
