@@ -66,6 +66,7 @@ from app.outbound.transport import outbound_client
 from app.sessions.controller import SessionController, UserSessionsController
 from app.sessions.service import SessionService
 from app.settings import Settings
+from app.tracing import TracedRequests
 from app.users.controller import UserController
 from app.users.service import UserService
 from app.webhooks.controller import N8nWebhookController
@@ -305,13 +306,19 @@ def create_app(
             security=[{"bearer": []}, {"apiKey": []}],
         ),
         debug=False,
+        # Logging is set up once per process by its entry point (app/logs.py); Litestar's
+        # own set-up would replace it (and format records on a queue thread, where the
+        # request's trace id is not known).
+        logging_config=None,
     )
     app.state.parameter_rules = ParameterRules(app)
     app.state.allowed_methods = AllowedMethods(app)
     # Outermost, around routing and Litestar's own exception handling: middleware given to
     # Litestar runs only for matched routes, and a 404 or 405 is an early answer too.
+    # Every request is traced and logged, the unmatched ones included.
+    traced = TracedRequests(app.asgi_handler, observer=None, access_log=settings.logging.access)
     app.asgi_handler = LingeringClose(
-        app.asgi_handler,
+        traced,
         max_bytes=settings.server.linger_max_bytes,
         seconds=settings.server.linger_seconds,
     )
