@@ -148,3 +148,6 @@ def configure_logging(
     chatty_level = logging.DEBUG if settings.level == "DEBUG" else logging.WARNING
     for name in CHATTY:
         logging.getLogger(name).setLevel(chatty_level)
+    # A library's warning (warnings.warn) becomes a line in the same format, not two raw
+    # lines of Python's own on stderr.
+    logging.captureWarnings(True)

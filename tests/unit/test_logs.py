@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import warnings
 from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
@@ -39,6 +40,7 @@ def restore_logging() -> Iterator[None]:
     root.setLevel(level)
     for name, old in levels.items():
         logging.getLogger(name).setLevel(old)
+    logging.captureWarnings(False)
 
 
 def lines(stream: io.StringIO) -> list[dict[str, Any]]:
@@ -99,6 +101,17 @@ def test_library_chatter_shows_only_at_debug(restore_logging: None) -> None:
     configure_logging(LoggingSettings(level="DEBUG"), verbose)
     logging.getLogger("apscheduler.executors.default").info('Running job "x"')
     assert [line["message"] for line in lines(verbose)] == ['Running job "x"']
+
+
+def test_a_librarys_warning_is_a_line_in_the_same_format(restore_logging: None) -> None:
+    stream = io.StringIO()
+    configure_logging(LoggingSettings(), stream)
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        warnings.warn("XDG_RUNTIME_DIR is not set", UserWarning, stacklevel=1)
+    (line,) = lines(stream)
+    assert (line["logger"], line["level"]) == ("py.warnings", "WARNING")
+    assert "UserWarning: XDG_RUNTIME_DIR is not set" in line["message"]
 
 
 def test_a_chore_logs_only_what_went_wrong(restore_logging: None) -> None:
