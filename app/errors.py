@@ -15,6 +15,8 @@ from litestar.exceptions import HTTPException, ValidationException
 from litestar.status_codes import HTTP_500_INTERNAL_SERVER_ERROR
 from litestar.types import ExceptionHandlersMap
 
+from app.tracing import current_trace_id
+
 logger = logging.getLogger("switchboard.errors")
 
 PROBLEM_JSON = "application/problem+json"
@@ -178,8 +180,12 @@ def problem_response(
     instance: str,
     extensions: dict[str, Any] | None = None,
 ) -> Response[dict[str, Any]]:
-    """Build one problem+json response; extensions never override the standard members."""
+    """Build one problem+json response; extensions never override the standard members.
+    ``trace_id`` names the request's trace (its log lines carry it), for a user to quote."""
     body = problem_body(status, title, slug, detail, instance, extensions)
+    trace_id = current_trace_id()
+    if trace_id is not None:
+        body.setdefault("trace_id", trace_id)
     headers = _STATUS_HEADERS.get(status)
     return Response(body, status_code=status, media_type=PROBLEM_JSON, headers=headers)
 

@@ -19,6 +19,7 @@ from app.coordination.breaker import AsyncCircuitBreaker, BreakerOpen
 from app.coordination.schemas import AgentResponse, RoutingAgent
 from app.errors import BadRequest, ValidationFailed
 from app.outbound.policy import OutboundRefused
+from app.tracing import outbound_headers
 
 
 class AgentCallFailed(Exception):
@@ -113,7 +114,9 @@ class AgentClient:
             reply = await self._http.post(
                 url,
                 content=orjson.dumps(request),
-                headers={"content-type": "application/json", "accept": "application/json"},
+                headers=outbound_headers(
+                    {"content-type": "application/json", "accept": "application/json"}
+                ),
             )
         except OutboundRefused as refused:
             raise AgentCallFailed(str(refused), retryable=False) from refused
