@@ -8,10 +8,12 @@ from functools import partial
 from typing import Annotated, Any, Literal
 from uuid import UUID
 
+import msgspec
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
 
 from app.common.validation import MAX_JSON_DEPTH, reject_deep_json
-from app.coordination.intents import SERVER_MODIFIERS
+from app.coordination.breaker import BreakerState
+from app.coordination.intents import SERVER_MODIFIERS, IntentRules
 
 
 def _not_server_only(flag: str) -> str:
@@ -228,6 +230,37 @@ class DecisionPage:
 
     items: list[Decision]
     next_cursor: str | None
+
+
+class RuleData(msgspec.Struct, frozen=True):
+    """The intent rules as stored: weights, keywords, modifier points and cues."""
+
+    weights: dict[str, int]
+    keywords: dict[str, list[str]]
+    modifiers: dict[str, int]
+    cues: dict[str, list[str]]
+
+    def rules(self, intent_agents: dict[str, str]) -> IntentRules:
+        """The rules the intent engine runs on, with the agents serving each intent."""
+        return IntentRules(
+            base_weights=self.weights,
+            keywords=self.keywords,
+            modifiers=self.modifiers,
+            cues=self.cues,
+            intent_agents=intent_agents,
+        )
+
+
+class PublishedBreaker(msgspec.Struct, frozen=True):
+    """A breaker state as one replica published it (a row of ``agent_breakers``, or the
+    NOTIFY that announced it)."""
+
+    agent_name: str
+    state: BreakerState
+    failure_count: int
+    version: int
+    opened_at: datetime | None = None
+    updated_by: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

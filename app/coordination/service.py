@@ -51,6 +51,7 @@ from app.coordination.schemas import (
     MessageResult,
     ModifierWrite,
     RoutingAgent,
+    RuleData,
 )
 from app.coordination.turn import Turn, TurnStep, apply_turn
 from app.db.pool import Database
@@ -127,7 +128,7 @@ class CoordinationService:
             default_agent=settings.default_agent, classifier_agent=settings.classifier_agent
         )
         self._rules: IntentRules | None = None
-        self._rules_data: dict[str, Any] = {}
+        self._rule_data = RuleData(weights={}, keywords={}, modifiers={}, cues={})
         self._fallback_data = FallbackData(templates={}, lessons=())
         self._rules_loaded_at = 0.0
 
@@ -668,21 +669,12 @@ class CoordinationService:
             agents = await repo.routing_agents(conn)
             fresh = time.monotonic() - self._rules_loaded_at < self._settings.rules_cache_seconds
             if self._rules is None or not fresh:
-                data = await repo.intent_rule_data(conn)
-                self._rules_data = data
+                self._rule_data = await repo.intent_rule_data(conn)
                 self._fallback_data = await repo.fallback_data(conn)
                 self._rules_loaded_at = time.monotonic()
-            else:
-                data = self._rules_data
         serving = intent_agents(agents)
         if self._rules is None or not fresh or self._rules.intent_agents != serving:
-            self._rules = IntentRules(
-                base_weights=data["weights"],
-                keywords=data["keywords"],
-                modifiers=data["modifiers"],
-                cues=data["cues"],
-                intent_agents=serving,
-            )
+            self._rules = self._rule_data.rules(serving)
         return self._rules, agents
 
     @staticmethod
