@@ -83,6 +83,21 @@ class BreakerCommand(BaseModel):
 # -- the seed's AgentCommunicationProtocol ----------------------------------------------
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AgentRequest:
+    """What an agent (or the AI classifier) is sent: the seed's request format.
+    ``input_data`` and ``context`` are the protocol's free-form objects."""
+
+    agent_name: str
+    request_id: str
+    user_id: str | None
+    session_id: str | None
+    input_data: dict[str, Any]
+    context: dict[str, Any]
+    priority: int
+    timeout_ms: int
+
+
 class MemoryUpdate(BaseModel):
     """A memory an agent asks Switchboard to store (same rules as POST /v1/memories)."""
 

@@ -16,7 +16,7 @@ from app.clock import Clock
 from app.common.pagination import FIRST_PAGE, cut_page, decode_time_id_cursor
 from app.coordination import repository as repo
 from app.coordination.breakers import BreakerRegistry
-from app.coordination.dispatch import AgentClient, CallResult
+from app.coordination.dispatch import AgentClient, CallResult, agent_request, classifier_request
 from app.coordination.fallbacks import (
     FallbackContext,
     FallbackData,
@@ -425,9 +425,8 @@ class CoordinationService:
         """Call one agent through its breaker; its memory updates if it answered, else its
         rule-based fallback (for ``direct_agent_routing``, with the agent it passes to)."""
         breaker = self._breakers.breaker_for(agent)
-        call = await self._agents.call(
-            agent, breaker, self._request(agent, session, text, intent, secondaries, flags)
-        )
+        request = agent_request(agent, session, text, intent, secondaries, flags, str(uuid.uuid4()))
+        call = await self._agents.call(agent, breaker, request)
         state = breaker.snapshot().state
         if call.ok and call.response is not None:
             memories = await self._apply_memory_updates(agent, session, call.response)
@@ -491,16 +490,9 @@ class CoordinationService:
         )
         if classifier is None:
             return detect_intents(text, rules, flags), "rules"
-        request = {
-            "agent_name": classifier.name,
-            "request_id": str(uuid.uuid4()),
-            "user_id": str(session.user_id) if session else None,
-            "session_id": str(session.session_id) if session else None,
-            "input_data": {"message": text, "intents": sorted(rules.base_weights)},
-            "context": {"context_flags": flags},
-            "priority": 0,
-            "timeout_ms": classifier.timeout_ms,
-        }
+        request = classifier_request(
+            classifier, session, text, rules.base_weights, flags, str(uuid.uuid4())
+        )
         call = await self._agents.call(classifier, self._breakers.breaker_for(classifier), request)
         detected = _classifier_intents(call, text, flags, rules) if call.ok else None
         if detected:
@@ -525,37 +517,6 @@ class CoordinationService:
                 down.add(found.intent)
         ranked = with_agent_availability(intents, rules, down)
         return prioritize(ranked, rules, self._settings.clarification_margin)
-
-    def _request(
-        self,
-        agent: RoutingAgent,
-        session: Session,
-        text: str,
-        primary: DetectedIntent,
-        secondaries: tuple[DetectedIntent, ...],
-        flags: list[str],
-    ) -> dict[str, Any]:
-        return {
-            "agent_name": agent.name,
-            "request_id": str(uuid.uuid4()),
-            "user_id": str(session.user_id),
-            "session_id": str(session.session_id),
-            "input_data": {
-                "message": text,
-                "intent": primary.intent,
-                "clause": primary.clause,
-                "secondary_intents": [i.intent for i in secondaries],
-            },
-            "context": {
-                "session_type": session.session_type,
-                "session_state": session.session_state,
-                "current_agent": session.current_agent,
-                "progress_percentage": session.progress_percentage,
-                "context_flags": flags,
-            },
-            "priority": primary.score,
-            "timeout_ms": agent.timeout_ms,
-        }
 
     async def _fallback(
         self,
