@@ -27,9 +27,9 @@ from app.coordination.intents import (
     DetectedIntent,
     IntentRules,
     Prioritization,
+    classifier_intents,
     detect_intents,
     prioritize,
-    score_intent,
     with_agent_availability,
 )
 from app.coordination.pending import claim_next
@@ -280,7 +280,7 @@ class CoordinationService:
                 clause=text,
                 position=0,
                 matched=("pending_action",),
-                base_weight=rules.base_weights.get(pending.type, rules.default_weight),
+                base_weight=rules.weight(pending.type),
                 modifiers=(),
                 score=pending.priority_score,
             )
@@ -494,7 +494,8 @@ class CoordinationService:
             classifier, session, text, rules.base_weights, flags, str(uuid.uuid4())
         )
         call = await self._agents.call(classifier, self._breakers.breaker_for(classifier), request)
-        detected = _classifier_intents(call, text, flags, rules) if call.ok else None
+        output = call.response.output_data if call.ok and call.response else None
+        detected = classifier_intents(output, text, rules, flags)
         if detected:
             return detected, f"agent:{classifier.name}"
         return detect_intents(
@@ -723,26 +724,3 @@ def _intent_json(intent: DetectedIntent) -> dict[str, Any]:
         "modifiers": list(intent.modifiers),
         "score": intent.score,
     }
-
-
-def _classifier_intents(
-    call: CallResult, text: str, flags: list[str], rules: IntentRules
-) -> list[DetectedIntent] | None:
-    """Intents an AI classifier returned, scored by our rules; None if unusable."""
-    output = call.response.output_data if call.response else None
-    raw = output.get("intents") if isinstance(output, dict) else None
-    if not isinstance(raw, list) or not raw:
-        return None
-    detected: list[DetectedIntent] = []
-    for position, item in enumerate(raw):
-        name = item.get("intent") if isinstance(item, dict) else item
-        if not isinstance(name, str) or name not in rules.base_weights:
-            continue
-        clause = item.get("clause") if isinstance(item, dict) else None
-        clause = clause if isinstance(clause, str) and clause.strip() else text
-        cues = {m for found in detect_intents(clause, rules, flags) for m in found.modifiers}
-        detected.append(score_intent(rules, name, clause.strip(), position, ("classifier",), cues))
-    unique: dict[str, DetectedIntent] = {}
-    for found in detected:
-        unique.setdefault(found.intent, found)
-    return list(unique.values()) or None
