@@ -144,9 +144,8 @@ class AgentResponse(BaseModel):
 # -- results ------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class IntentView:
-    """One detected intent as the API shows it."""
+class DecidedIntent(msgspec.Struct, frozen=True):
+    """One detected intent as a decision records it: what was found, where, its score."""
 
     intent: str
     clause: str
@@ -155,6 +154,11 @@ class IntentView:
     base_weight: int
     modifiers: list[str]
     score: int
+
+
+class IntentView(DecidedIntent, frozen=True):
+    """One detected intent as the API shows it, with the agent that serves it."""
+
     agent: str | None
 
 
@@ -213,17 +217,43 @@ class MessageResult:
     execution_time_ms: int
 
 
-@dataclass(frozen=True, slots=True)
-class Decision:
-    """One stored coordination decision."""
+class RoutedTo(msgspec.Struct, frozen=True):
+    """Where a direct_agent_routing fallback passed the message, and how that call went."""
 
-    decision_id: UUID
+    agent: str
+    intent: str
+    outcome: str
+    fallback: str | None
+    attempts: int
+    error: str | None
+    breaker_state: str
+
+
+class DecisionResponse(msgspec.Struct, frozen=True):
+    """What the user was answered."""
+
+    text: str
+    output_data: Any
+    next_agent_suggestions: list[str]
+    # Decisions recorded before direct routing passed messages on have none.
+    routed_to: RoutedTo | None = None
+
+
+class DecisionRecord(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """What the coordinator decided for one message and what came of it: built once per
+    turn, stored by the statement that writes the session change it caused.
+
+    ``decision_id``, ``session_version`` and ``created_at`` are the database's to fill in
+    when it stores the record (None until then); they are declared here so that a stored
+    ``Decision`` lists its fields in the table's order."""
+
+    decision_id: UUID | None = None
     session_id: UUID
-    session_version: int | None
+    session_version: int | None = None
     message: str
     context_flags: list[str]
     classifier: str
-    intents: Any
+    intents: list[DecidedIntent]
     primary_intent: str | None
     chosen_agent: str | None
     routed_by: str | None
@@ -233,9 +263,17 @@ class Decision:
     degraded: bool
     attempts: int
     error: str | None
-    response: Any
+    response: DecisionResponse
     execution_time_ms: int
     created_by: str
+    created_at: datetime | None = None
+
+
+class Decision(DecisionRecord, frozen=True, kw_only=True, omit_defaults=False):
+    """One stored coordination decision (a row of ``coordination_decisions``)."""
+
+    decision_id: UUID
+    session_version: int | None
     created_at: datetime
 
 
