@@ -9,7 +9,9 @@ import re
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
+from uuid import UUID
 
+import asyncpg
 import httpx
 import pytest
 
@@ -237,3 +239,37 @@ async def test_a_clarification_and_a_change_queued_by_its_fallback(
             "execution_time_ms",
         ),
     )
+
+
+async def test_a_decision_recorded_before_direct_routing_still_lists(
+    client: httpx.AsyncClient, database_url: str
+) -> None:
+    """Decisions stored before 2be24e5 have no response.routed_to; they are listed with
+    it null, like every decision since whose message was not passed on."""
+    session = await create_session(client)
+    sid = session["session_id"]
+    conn = await asyncpg.connect(database_url)
+    try:
+        await conn.execute(
+            """
+            INSERT INTO coordination_decisions (
+                session_id, session_version, message, context_flags, classifier, intents,
+                primary_intent, chosen_agent, routed_by, breaker_state, outcome, fallback,
+                degraded, attempts, error, response, execution_time_ms, created_by
+            ) VALUES (
+                $1, 1, 'hello', '{}', 'rules', '[]', NULL, 'Orchestrator_Agent', 'intent',
+                'closed', 'fallback', 'direct_agent_routing', true, 0, 'no url',
+                '{"text": "Hi", "output_data": null, "next_agent_suggestions": []}', 3, 'admin'
+            )
+            """,
+            UUID(sid),
+        )
+    finally:
+        await conn.close()
+    decision = await latest_decision(client, sid)
+    assert decision["response"] == {
+        "text": "Hi",
+        "output_data": None,
+        "next_agent_suggestions": [],
+        "routed_to": None,
+    }
