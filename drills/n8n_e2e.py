@@ -897,16 +897,17 @@ def set_up(n8n: N8n, sb: Switchboard, key: str, tmp: Path) -> dict[str, str]:
     return ids
 
 
-def record(report: Report, started: dt.datetime, seconds: float) -> None:
+def record(report: Report, started: dt.datetime, seconds: float, postgres: str) -> None:
     """The run's summary into n8n-workflows/README.md, between the n8n-e2e markers."""
     rows = "\n".join(
         f"| {c.name} | {'pass' if c.ok else '**FAIL**'} | {c.detail} |" for c in report.checks
     )
+    node = subprocess.run(["node", "--version"], capture_output=True, text=True).stdout.strip()
     block = (
         f"Last run: {started:%Y-%m-%d %H:%M} UTC, n8n {N8N_VERSION} (community edition, no "
-        f"licence), Node.js {subprocess.run(['node', '--version'], capture_output=True, text=True).stdout.strip()}, "
+        f"licence), PostgreSQL {postgres}, Node.js {node}: "
         f"{sum(c.ok for c in report.checks)} of {len(report.checks)} paths passed, "
-        f"{seconds:.0f} s in all (n8n installed from the cache).\n\n"
+        f"{seconds:.0f} s in all (n8n already installed in the cache).\n\n"
         "| Path | Result | What was seen |\n|---|---|---|\n" + rows
     )
     text = README.read_text()
@@ -931,6 +932,7 @@ def main() -> int:
     server = dbutil.server_url()
     database = dbutil.unique_name("sb_n8n_e2e")
     asyncio.run(dbutil.create_database(server, database))
+    postgres = str(sql(server, "SHOW server_version")[0][0]).split()[0]
     tmp = Path(tempfile.mkdtemp(prefix="switchboard-n8n-e2e-"))
     port = free_port()
     sb = Switchboard(
@@ -976,7 +978,7 @@ def main() -> int:
     passed = sum(c.ok for c in report.checks)
     print(f"\n{passed} passed, {len(report.checks) - passed} failed in {seconds:.0f} s")
     if args.record:
-        record(report, started, seconds)
+        record(report, started, seconds, postgres)
     return 0 if report.ok and report.checks else 1
 
 
