@@ -145,6 +145,13 @@ class ServiceUnavailable(SwitchboardError):
     status, title, slug = 503, "Service unavailable", "service-unavailable"
 
 
+class CleanupFailed(SwitchboardError):
+    """A cleanup run on request had a job that did not succeed; the extensions carry every
+    job's result. A 5xx, so a caller's retry runs it again and no replay ever reports it."""
+
+    status, title, slug = 500, "Cleanup failed", "cleanup-failed"
+
+
 _STATUS_HEADERS = {
     401: {"WWW-Authenticate": 'Bearer realm="switchboard"'},
     503: {"Retry-After": "1"},
