@@ -623,3 +623,51 @@ CREATE FUNCTION memory_visible(owner text, level text, caller text, readable tex
 AS $$
     SELECT owner = caller OR level = ANY(readable)
 $$;
+
+-- ---------------------------------------------------------------------------------------
+-- Shared rules (revision 0013): pieces several statements used to spell out, each once.
+
+-- A memory is live until it expires; an expired one is gone for every reader even before
+-- the retention job removes it.
+CREATE FUNCTION memory_live(m memories, at timestamptz) RETURNS boolean
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+    SELECT m.expires_at IS NULL OR m.expires_at > at
+$$;
+
+-- What every statement that reads, changes or deletes a memory checks: the memory is live
+-- and `caller`, who may read the levels in `readable`, sees it. Statements pass
+-- ARRAY(SELECT memory_readable_levels(<is_admin>, <roles>)) as `readable`, which runs once
+-- per statement (an InitPlan). That subquery cannot move in here: PostgreSQL does not
+-- inline a function whose body holds a subquery, and a function that is not inlined runs
+-- once per row.
+CREATE FUNCTION memory_readable(m memories, at timestamptz, caller text, readable text[])
+    RETURNS boolean
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+    SELECT memory_live(m, at) AND memory_visible(m.agent_name, m.access_level, caller, readable)
+$$;
+
+-- The rows a memory list shows, every filter optional (NULL: not asked): live memories the
+-- reader sees, strictly before the keyset cursor (before_at, before_id). Each list
+-- statement in memories.sql adds the filter its index leads with, the order and the limit.
+-- SETOF and STABLE, one SELECT, so the planner inlines it into that statement and reads
+-- through the index (a function that is not inlined would read every row it could match).
+CREATE FUNCTION memory_list_rows(
+    of_session uuid, of_user uuid, of_agent text, containing jsonb, of_type text,
+    of_category text, since timestamptz, before_at timestamptz, before_id uuid,
+    at timestamptz, is_admin boolean, roles text[], caller text)
+    RETURNS SETOF memories
+    LANGUAGE sql STABLE PARALLEL SAFE
+AS $$
+    SELECT m.* FROM memories m
+    WHERE (of_session IS NULL OR m.session_id = of_session)
+      AND (of_user IS NULL OR m.user_id = of_user)
+      AND (of_agent IS NULL OR m.agent_name = of_agent)
+      AND (containing IS NULL OR m.content @> containing)
+      AND (of_type IS NULL OR m.memory_type = of_type)
+      AND (of_category IS NULL OR m.category = of_category)
+      AND (since IS NULL OR m.created_at >= since)
+      AND (m.created_at, m.memory_id) < (before_at, before_id)
+      AND memory_readable(m, at, caller, ARRAY(SELECT memory_readable_levels(is_admin, roles)))
+$$;

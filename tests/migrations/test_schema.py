@@ -176,6 +176,9 @@ async def test_upgrade_head_builds_exactly_schema_sql(server_url: str) -> None:
     assert [row[0] for row in from_migrations["functions"]] == [
         "jsonb_mentions_any",
         "jsonb_or_null",
+        "memory_list_rows",
+        "memory_live",
+        "memory_readable",
         "memory_readable_levels",
         "memory_visible",
         "replica_is_present",
