@@ -671,3 +671,24 @@ AS $$
       AND (m.created_at, m.memory_id) < (before_at, before_id)
       AND memory_readable(m, at, caller, ARRAY(SELECT memory_readable_levels(is_admin, roles)))
 $$;
+
+-- An agent as every statement returns it: its settings and state, never its key hash or
+-- card; `enabled` as routing sees it (false when the admin switched the agent off or
+-- disabled it with DELETE, which also revoked its key); has_key (whether it has one).
+-- Statements call it on a row of agents: FROM agents a, agent_shown(a) s, or on the row a
+-- write returns (FROM changed c, agent_shown(c) s). One SELECT returning a set: the planner
+-- inlines it.
+CREATE FUNCTION agent_shown(a agents)
+    RETURNS TABLE (
+        agent_id uuid, name text, roles text[], created_at timestamptz,
+        disabled_at timestamptz, description text, url text, timeout_ms integer,
+        retry_attempts integer, fallback_strategy text, intents text[], skills jsonb,
+        enabled boolean, fail_max integer, reset_timeout_ms integer, has_key boolean,
+        updated_at timestamptz)
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+    SELECT a.agent_id, a.name, a.roles, a.created_at, a.disabled_at, a.description, a.url,
+           a.timeout_ms, a.retry_attempts, a.fallback_strategy, a.intents, a.skills,
+           a.enabled AND a.disabled_at IS NULL, a.fail_max, a.reset_timeout_ms,
+           a.api_key_hash IS NOT NULL, a.updated_at
+$$;

@@ -2,7 +2,8 @@
 
 memory_live and memory_readable hold the liveness and access check of every memory
 statement (before, each spelled out both conditions); memory_list_rows is what a memory
-list shows, which four list statements spelled out each.
+list shows, which four list statements spelled out each. agent_shown is an agent as every
+agent statement returns it (six spelled out its columns and the `enabled` rule).
 
 Revision ID: 0013
 Revises: 0012
@@ -50,9 +51,25 @@ AS $$
       AND (m.created_at, m.memory_id) < (before_at, before_id)
       AND memory_readable(m, at, caller, ARRAY(SELECT memory_readable_levels(is_admin, roles)))
 $$;
+
+CREATE FUNCTION agent_shown(a agents)
+    RETURNS TABLE (
+        agent_id uuid, name text, roles text[], created_at timestamptz,
+        disabled_at timestamptz, description text, url text, timeout_ms integer,
+        retry_attempts integer, fallback_strategy text, intents text[], skills jsonb,
+        enabled boolean, fail_max integer, reset_timeout_ms integer, has_key boolean,
+        updated_at timestamptz)
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+    SELECT a.agent_id, a.name, a.roles, a.created_at, a.disabled_at, a.description, a.url,
+           a.timeout_ms, a.retry_attempts, a.fallback_strategy, a.intents, a.skills,
+           a.enabled AND a.disabled_at IS NULL, a.fail_max, a.reset_timeout_ms,
+           a.api_key_hash IS NOT NULL, a.updated_at
+$$;
 """
 
 DOWNGRADE = r"""
+DROP FUNCTION agent_shown(agents);
 DROP FUNCTION memory_list_rows(uuid, uuid, text, jsonb, text, text, timestamptz, timestamptz,
                                uuid, timestamptz, boolean, text[], text);
 DROP FUNCTION memory_readable(memories, timestamptz, text, text[]);
