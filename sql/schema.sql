@@ -692,3 +692,18 @@ AS $$
            a.enabled AND a.disabled_at IS NULL, a.fail_max, a.reset_timeout_ms,
            a.api_key_hash IS NOT NULL, a.updated_at
 $$;
+
+-- The version row that records a session as it now is (`s`, a session_coordination row),
+-- who changed it, why and when. Every statement that writes a new version inserts it:
+--     INSERT INTO session_state_versions
+--     SELECT v.* FROM <the changed rows> s, session_version(s, <by>, <reason>, <at>) v
+-- One SELECT returning a set: the planner inlines it.
+CREATE FUNCTION session_version(
+    s session_coordination, changed_by text, change_reason text, at timestamptz)
+    RETURNS SETOF session_state_versions
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+    SELECT s.session_id, s.version, s.session_state, s.agent_sequence, s.coordination_metadata,
+           s.current_agent, s.progress_percentage, s.status, s.priority, changed_by,
+           change_reason, at
+$$;

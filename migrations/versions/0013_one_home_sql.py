@@ -4,6 +4,8 @@ memory_live and memory_readable hold the liveness and access check of every memo
 statement (before, each spelled out both conditions); memory_list_rows is what a memory
 list shows, which four list statements spelled out each. agent_shown is an agent as every
 agent statement returns it (six spelled out its columns and the `enabled` rule).
+session_version is the version row of a session as it now is (three statements spelled
+out its column mapping).
 
 Revision ID: 0013
 Revises: 0012
@@ -66,9 +68,20 @@ AS $$
            a.enabled AND a.disabled_at IS NULL, a.fail_max, a.reset_timeout_ms,
            a.api_key_hash IS NOT NULL, a.updated_at
 $$;
+
+CREATE FUNCTION session_version(
+    s session_coordination, changed_by text, change_reason text, at timestamptz)
+    RETURNS SETOF session_state_versions
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+    SELECT s.session_id, s.version, s.session_state, s.agent_sequence, s.coordination_metadata,
+           s.current_agent, s.progress_percentage, s.status, s.priority, changed_by,
+           change_reason, at
+$$;
 """
 
 DOWNGRADE = r"""
+DROP FUNCTION session_version(session_coordination, text, text, timestamptz);
 DROP FUNCTION agent_shown(agents);
 DROP FUNCTION memory_list_rows(uuid, uuid, text, jsonb, text, text, timestamptz, timestamptz,
                                uuid, timestamptz, boolean, text[], text);

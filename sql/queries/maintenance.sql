@@ -86,13 +86,8 @@ WITH picked AS (
     WHERE s.session_id = picked.session_id
     RETURNING s.*
 )
-INSERT INTO session_state_versions (
-    session_id, version, session_state, agent_sequence, coordination_metadata, current_agent,
-    progress_percentage, status, priority, changed_by, change_reason, created_at
-)
-SELECT session_id, version, session_state, agent_sequence, coordination_metadata, current_agent,
-       progress_percentage, status, priority, 'scheduler', 'expiry_extended', $1::timestamptz
-FROM extended
+INSERT INTO session_state_versions
+SELECT v.* FROM extended e, session_version(e, 'scheduler', 'expiry_extended', $1) v
 RETURNING session_id
 
 -- name: count_extendable_sessions

@@ -184,6 +184,7 @@ async def test_upgrade_head_builds_exactly_schema_sql(server_url: str) -> None:
         "memory_visible",
         "replica_is_present",
         "replica_lock_space",
+        "session_version",
         "uuid_generate_v7",
     ]
     assert_same_schema(from_migrations, from_schema_sql, "migrations", "schema.sql")
