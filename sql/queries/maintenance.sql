@@ -467,12 +467,6 @@ WHERE ($1::text IS NULL OR d.status = $1)
 ORDER BY e.created_at DESC, e.event_id DESC, d.subscription_id DESC
 LIMIT $5
 
--- name: list_events
-SELECT event_id, event_type, payload, created_at FROM outbox_events
-WHERE (created_at, event_id) < ($1, $2)
-ORDER BY created_at DESC, event_id DESC
-LIMIT $3
-
 -- name: redeliver_event
 UPDATE event_deliveries
 SET status = 'pending', attempts = 0, next_attempt_at = $2, last_error = NULL
