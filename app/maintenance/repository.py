@@ -212,16 +212,6 @@ async def mark_delivery_failed(
     )
 
 
-def _subscription(row: asyncpg.Record) -> Subscription:
-    return Subscription(
-        subscription_id=row["subscription_id"],
-        url=row["url"],
-        event_types=list(row["event_types"]),
-        created_at=row["created_at"],
-        disabled_at=row["disabled_at"],
-    )
-
-
 async def insert_subscription(
     conn: Connection, url: str, event_types: list[str], secret: str, now: datetime
 ) -> Subscription:
@@ -229,12 +219,12 @@ async def insert_subscription(
     row = await conn.fetchrow(Q.insert_subscription, url, event_types, secret, now)
     if row is None:
         raise RuntimeError("insert_subscription returned no row")
-    return _subscription(row)
+    return Subscription(**dict(row))
 
 
 async def list_subscriptions(conn: Connection) -> list[Subscription]:
     """Every subscriber (without secrets)."""
-    return [_subscription(row) for row in await conn.fetch(Q.list_subscriptions)]
+    return [Subscription(**dict(row)) for row in await conn.fetch(Q.list_subscriptions)]
 
 
 async def delete_subscription(conn: Connection, subscription_id: UUID) -> bool:
