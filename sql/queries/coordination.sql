@@ -15,8 +15,8 @@ SELECT
 -- name: routing_agents
 -- Every agent, with what routing needs. Routing takes only the enabled ones; an agent
 -- disabled with DELETE /v1/agents/<name> (disabled_at) counts as not enabled until a new
--- key re-enables it (agent_shown in schema.sql). (Disabled agents stay listed: their
--- breakers can still be managed.)
+-- key re-enables it (agent_shown in schema.sql; routing reads the columns it needs).
+-- (Disabled agents stay listed: their breakers can still be managed.)
 SELECT s.* FROM agents a, agent_shown(a) s
 ORDER BY s.name
 
