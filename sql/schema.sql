@@ -623,3 +623,87 @@ CREATE FUNCTION memory_visible(owner text, level text, caller text, readable tex
 AS $$
     SELECT owner = caller OR level = ANY(readable)
 $$;
+
+-- ---------------------------------------------------------------------------------------
+-- Shared rules (revision 0013): pieces several statements used to spell out, each once.
+
+-- A memory is live until it expires; an expired one is gone for every reader even before
+-- the retention job removes it.
+CREATE FUNCTION memory_live(m memories, at timestamptz) RETURNS boolean
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+    SELECT m.expires_at IS NULL OR m.expires_at > at
+$$;
+
+-- What every statement that reads, changes or deletes a memory checks: the memory is live
+-- and `caller`, who may read the levels in `readable`, sees it. Statements pass
+-- ARRAY(SELECT memory_readable_levels(<is_admin>, <roles>)) as `readable`, which runs once
+-- per statement (an InitPlan). That subquery cannot move in here: PostgreSQL does not
+-- inline a function whose body holds a subquery, and a function that is not inlined runs
+-- once per row.
+CREATE FUNCTION memory_readable(m memories, at timestamptz, caller text, readable text[])
+    RETURNS boolean
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+    SELECT memory_live(m, at) AND memory_visible(m.agent_name, m.access_level, caller, readable)
+$$;
+
+-- The rows a memory list shows, every filter optional (NULL: not asked): live memories the
+-- reader sees, strictly before the keyset cursor (before_at, before_id). Each list
+-- statement in memories.sql adds the filter its index leads with, the order and the limit.
+-- SETOF and STABLE, one SELECT, so the planner inlines it into that statement and reads
+-- through the index (a function that is not inlined would read every row it could match).
+CREATE FUNCTION memory_list_rows(
+    of_session uuid, of_user uuid, of_agent text, containing jsonb, of_type text,
+    of_category text, since timestamptz, before_at timestamptz, before_id uuid,
+    at timestamptz, is_admin boolean, roles text[], caller text)
+    RETURNS SETOF memories
+    LANGUAGE sql STABLE PARALLEL SAFE
+AS $$
+    SELECT m.* FROM memories m
+    WHERE (of_session IS NULL OR m.session_id = of_session)
+      AND (of_user IS NULL OR m.user_id = of_user)
+      AND (of_agent IS NULL OR m.agent_name = of_agent)
+      AND (containing IS NULL OR m.content @> containing)
+      AND (of_type IS NULL OR m.memory_type = of_type)
+      AND (of_category IS NULL OR m.category = of_category)
+      AND (since IS NULL OR m.created_at >= since)
+      AND (m.created_at, m.memory_id) < (before_at, before_id)
+      AND memory_readable(m, at, caller, ARRAY(SELECT memory_readable_levels(is_admin, roles)))
+$$;
+
+-- An agent as every statement returns it: its settings and state, never its key hash or
+-- card; `enabled` as routing sees it (false when the admin switched the agent off or
+-- disabled it with DELETE, which also revoked its key); has_key (whether it has one).
+-- Statements call it on a row of agents: FROM agents a, agent_shown(a) s, or on the row a
+-- write returns (FROM changed c, agent_shown(c) s). One SELECT returning a set: the planner
+-- inlines it.
+CREATE FUNCTION agent_shown(a agents)
+    RETURNS TABLE (
+        agent_id uuid, name text, roles text[], created_at timestamptz,
+        disabled_at timestamptz, description text, url text, timeout_ms integer,
+        retry_attempts integer, fallback_strategy text, intents text[], skills jsonb,
+        enabled boolean, fail_max integer, reset_timeout_ms integer, has_key boolean,
+        updated_at timestamptz)
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+    SELECT a.agent_id, a.name, a.roles, a.created_at, a.disabled_at, a.description, a.url,
+           a.timeout_ms, a.retry_attempts, a.fallback_strategy, a.intents, a.skills,
+           a.enabled AND a.disabled_at IS NULL, a.fail_max, a.reset_timeout_ms,
+           a.api_key_hash IS NOT NULL, a.updated_at
+$$;
+
+-- The version row that records a session as it now is (`s`, a session_coordination row),
+-- who changed it, why and when. Every statement that writes a new version inserts it:
+--     INSERT INTO session_state_versions
+--     SELECT v.* FROM <the changed rows> s, session_version(s, <by>, <reason>, <at>) v
+-- One SELECT returning a set: the planner inlines it.
+CREATE FUNCTION session_version(
+    s session_coordination, changed_by text, change_reason text, at timestamptz)
+    RETURNS SETOF session_state_versions
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+    SELECT s.session_id, s.version, s.session_state, s.agent_sequence, s.coordination_metadata,
+           s.current_agent, s.progress_percentage, s.status, s.priority, changed_by,
+           change_reason, at
+$$;

@@ -15,11 +15,10 @@ from app.common.pagination import DEFAULT_LIMIT, MAX_LIMIT
 from app.maintenance.events import (
     EventDeliveryPage,
     EventService,
-    Subscription,
     SubscriptionCreate,
     SubscriptionWithSecret,
 )
-from app.maintenance.schemas import JobInfo, JobRun, JobRunPage
+from app.maintenance.schemas import JobInfo, JobRun, JobRunPage, Subscription
 from app.maintenance.service import MaintenanceService
 from app.sessions.schemas import Session
 

@@ -16,8 +16,8 @@ import logging
 import random
 import secrets
 from dataclasses import dataclass
-from datetime import datetime, timedelta
-from typing import Annotated, Any, Literal
+from datetime import timedelta
+from typing import Annotated, Literal
 from uuid import UUID
 
 import httpx
@@ -30,6 +30,7 @@ from app.common.validation import StoredHttpUrl
 from app.db.pool import Database
 from app.errors import NotFound
 from app.maintenance import repository as repo
+from app.maintenance.schemas import EventDelivery, Subscription
 from app.outbound.policy import OutboundPolicy, OutboundRefused
 from app.settings import SchedulerSettings
 from app.tracing import outbound_headers
@@ -68,17 +69,6 @@ class SubscriptionCreate(BaseModel):
 
 
 @dataclass(frozen=True, slots=True)
-class Subscription:
-    """A subscriber (never its secret)."""
-
-    subscription_id: UUID
-    url: str
-    event_types: list[str]
-    created_at: datetime
-    disabled_at: datetime | None
-
-
-@dataclass(frozen=True, slots=True)
 class SubscriptionWithSecret:
     """A new subscriber and the secret its signatures use, shown once."""
 
@@ -87,37 +77,11 @@ class SubscriptionWithSecret:
 
 
 @dataclass(frozen=True, slots=True)
-class EventDelivery:
-    """An event and the state of its delivery to one subscriber."""
-
-    event_id: UUID
-    event_type: str
-    payload: dict[str, Any]
-    created_at: datetime
-    subscription_id: UUID
-    status: str
-    attempts: int
-    last_error: str | None
-    delivered_at: datetime | None
-    next_attempt_at: datetime
-
-
-@dataclass(frozen=True, slots=True)
 class EventDeliveryPage:
     """A page of deliveries, newest event first."""
 
     items: list[EventDelivery]
     next_cursor: str | None
-
-
-def _subscription(row: Any) -> Subscription:
-    return Subscription(
-        subscription_id=row["subscription_id"],
-        url=row["url"],
-        event_types=list(row["event_types"]),
-        created_at=row["created_at"],
-        disabled_at=row["disabled_at"],
-    )
 
 
 class EventService:
@@ -142,15 +106,15 @@ class EventService:
         await self._outbound.require_registrable(str(data.url), "url")
         secret = data.secret or secrets.token_urlsafe(32)
         async with self._db.transaction() as conn:
-            row = await repo.insert_subscription(
+            subscription = await repo.insert_subscription(
                 conn, str(data.url), sorted(set(data.event_types)), secret, self._clock.now()
             )
-        return SubscriptionWithSecret(subscription=_subscription(row), secret=secret)
+        return SubscriptionWithSecret(subscription=subscription, secret=secret)
 
     async def subscriptions(self) -> list[Subscription]:
         """Every subscriber."""
         async with self._db.connection() as conn:
-            return [_subscription(row) for row in await repo.list_subscriptions(conn)]
+            return await repo.list_subscriptions(conn)
 
     async def unsubscribe(self, subscription_id: UUID) -> None:
         """Remove a subscriber and its pending deliveries."""
@@ -164,8 +128,7 @@ class EventService:
         """Events with their delivery state, newest first."""
         before = decode_time_id_id_cursor(cursor) if cursor else FIRST_PAGE_OF_PAIRS
         async with self._db.connection() as conn:
-            rows = await repo.list_deliveries(conn, status, before, limit + 1)
-        items = [EventDelivery(**dict(row)) for row in rows]
+            items = await repo.list_deliveries(conn, status, before, limit + 1)
         # One event has a row per subscriber: the event id alone would skip the rest of
         # an event whose rows a page boundary splits.
         page, next_cursor = cut_page(

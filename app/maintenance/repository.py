@@ -11,7 +11,7 @@ import asyncpg
 
 from app.db.pool import Connection
 from app.db.queries import QUERIES
-from app.maintenance.schemas import JobRun
+from app.maintenance.schemas import EventDelivery, JobRun, Subscription
 
 Q = QUERIES.maintenance
 
@@ -214,17 +214,17 @@ async def mark_delivery_failed(
 
 async def insert_subscription(
     conn: Connection, url: str, event_types: list[str], secret: str, now: datetime
-) -> asyncpg.Record:
-    """A new subscriber's row (without its secret)."""
+) -> Subscription:
+    """A new subscriber (without its secret)."""
     row = await conn.fetchrow(Q.insert_subscription, url, event_types, secret, now)
     if row is None:
         raise RuntimeError("insert_subscription returned no row")
-    return row
+    return Subscription(**dict(row))
 
 
-async def list_subscriptions(conn: Connection) -> list[asyncpg.Record]:
-    """Every subscriber's row (without secrets)."""
-    return list(await conn.fetch(Q.list_subscriptions))
+async def list_subscriptions(conn: Connection) -> list[Subscription]:
+    """Every subscriber (without secrets)."""
+    return [Subscription(**dict(row)) for row in await conn.fetch(Q.list_subscriptions)]
 
 
 async def delete_subscription(conn: Connection, subscription_id: UUID) -> bool:
@@ -234,10 +234,11 @@ async def delete_subscription(conn: Connection, subscription_id: UUID) -> bool:
 
 async def list_deliveries(
     conn: Connection, status: str | None, before: tuple[datetime, UUID, UUID], limit: int
-) -> list[asyncpg.Record]:
+) -> list[EventDelivery]:
     """Events with their delivery state, newest first, after the (created_at, event_id,
     subscription_id) of the last row seen."""
-    return list(await conn.fetch(Q.list_deliveries, status, before[0], before[1], before[2], limit))
+    rows = await conn.fetch(Q.list_deliveries, status, before[0], before[1], before[2], limit)
+    return [EventDelivery(**dict(row)) for row in rows]
 
 
 async def redeliver_event(conn: Connection, event_id: UUID, now: datetime) -> int:

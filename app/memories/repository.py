@@ -220,61 +220,31 @@ async def list_memories(
     through the index that fits the filter. The same statement writes the read's audit
     row: ``audit`` is (acting principal, the filters as asked); the reader is logged as the
     agent, and sees its own memories as well as those its levels allow."""
-    access = (before[0], before[1], now, reader.is_admin, reader.roles)
-    logged = (reader.name, *audit)
+    # The statements differ only in the index they read through (memories.sql says why).
     if where.session_id is not None:
-        rows = await conn.fetch(
-            Q.list_memories_by_session,
-            where.session_id,
-            *access,
-            where.user_id,
-            where.agent_name,
-            where.memory_type,
-            where.category,
-            where.since,
-            where.contains,
-            limit,
-            *logged,
-        )
+        query = Q.list_memories_by_session
     elif where.user_id is not None:
-        rows = await conn.fetch(
-            Q.list_memories_by_user,
-            where.user_id,
-            *access,
-            where.session_id,
-            where.agent_name,
-            where.memory_type,
-            where.category,
-            where.since,
-            where.contains,
-            limit,
-            *logged,
-        )
-    elif where.agent_name is not None:
-        rows = await conn.fetch(
-            Q.list_memories_by_agent,
-            where.agent_name,
-            *access,
-            where.session_id,
-            where.user_id,
-            where.memory_type,
-            where.category,
-            where.since,
-            where.contains,
-            limit,
-            *logged,
-        )
+        query = Q.list_memories_by_user
     else:
-        rows = await conn.fetch(
-            Q.list_memories_by_content,
-            where.contains,
-            *access,
-            where.memory_type,
-            where.category,
-            where.since,
-            limit,
-            *logged,
-        )
+        query = Q.list_memories_by_agent_or_content
+    rows = await conn.fetch(
+        query,
+        where.session_id,
+        where.user_id,
+        where.agent_name,
+        where.contains,
+        where.memory_type,
+        where.category,
+        where.since,
+        before[0],
+        before[1],
+        now,
+        reader.is_admin,
+        reader.roles,
+        reader.name,
+        limit,
+        *audit,
+    )
     return [_memory(row) for row in rows]
 
 

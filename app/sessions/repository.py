@@ -79,23 +79,31 @@ async def insert_session(
     content: SessionContent,
     now: datetime,
     expires_at: datetime,
-) -> Session:
-    """Insert a new session at version 1."""
+    changed_by: str,
+) -> Session | None:
+    """Insert a new session at version 1 with the version row that records it; None if
+    there is no such user."""
     state, sequence, metadata = storage_json(content)
-    row = await conn.fetchrow(
-        Q.insert_session,
-        user_id,
-        session_type,
-        content.priority,
-        content.current_agent,
-        sequence,
-        state,
-        metadata,
-        content.progress_percentage,
-        content.preserve,
-        now,
-        expires_at,
-    )
+    try:
+        row = await conn.fetchrow(
+            Q.insert_session,
+            user_id,
+            session_type,
+            content.priority,
+            content.current_agent,
+            sequence,
+            state,
+            metadata,
+            content.progress_percentage,
+            content.preserve,
+            now,
+            expires_at,
+            changed_by,
+        )
+    except asyncpg.ForeignKeyViolationError as exc:
+        if exc.constraint_name == "session_coordination_user_id_fkey":
+            return None
+        raise
     if row is None:  # INSERT ... RETURNING always returns the row
         raise RuntimeError("insert_session returned no row")
     return _session(row)
@@ -158,34 +166,6 @@ async def update_session_content(
         None if decision is None else msgspec.to_builtins(decision),
     )
     return None if row is None else (_session(row), row["decision_id"])
-
-
-async def insert_session_version(
-    conn: Connection,
-    session_id: UUID,
-    version: int,
-    content: SessionContent,
-    changed_by: str,
-    change_reason: str,
-    now: datetime,
-) -> None:
-    """Record one committed change."""
-    state, sequence, metadata = storage_json(content)
-    await conn.execute(
-        Q.insert_session_version,
-        session_id,
-        version,
-        state,
-        sequence,
-        metadata,
-        content.current_agent,
-        content.progress_percentage,
-        content.status,
-        content.priority,
-        changed_by,
-        change_reason,
-        now,
-    )
 
 
 async def touch_session(

@@ -10,7 +10,6 @@ from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
 
-import asyncpg
 import msgspec
 
 from app.clock import Clock
@@ -180,24 +179,22 @@ class SessionService:
             completed_at=None,
         )
         now = self._clock.now()
-        try:
-            async with self._db.transaction() as conn:
-                session = await repo.insert_session(
-                    conn,
-                    user_id=data.user_id,
-                    session_type=data.session_type,
-                    content=content,
-                    now=now,
-                    expires_at=now + lifetime,
-                )
-                await repo.insert_session_version(
-                    conn, session.session_id, 1, content, actor, "created", now
-                )
-        except asyncpg.ForeignKeyViolationError:
+        # One statement writes the session and its version row: no transaction needed.
+        async with self._db.connection() as conn:
+            session = await repo.insert_session(
+                conn,
+                user_id=data.user_id,
+                session_type=data.session_type,
+                content=content,
+                now=now,
+                expires_at=now + lifetime,
+                changed_by=actor,
+            )
+        if session is None:
             raise ValidationFailed(
                 f"No user {data.user_id}; create the user first.",
                 errors=[{"field": "user_id", "message": "unknown user"}],
-            ) from None
+            )
         return session
 
     async def patch_session(

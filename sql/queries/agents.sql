@@ -1,41 +1,35 @@
 -- Agents: the callers of the API (hashed key, roles) and the agents Switchboard routes to
 -- (url, timeouts, retries, fallback, intents, skills, card). One row serves both.
 --
--- Every statement shows `enabled` as routing sees it (coordination.sql): false when the
--- admin switched the agent off (the enabled column) or disabled it with DELETE
--- (disabled_at, which also revokes its key), so a deleted agent is never listed as enabled.
+-- Every statement returns an agent as agent_shown (schema.sql) shows it: `enabled` as
+-- routing sees it (coordination.sql), false when the admin switched the agent off (the
+-- enabled column) or disabled it with DELETE (disabled_at, which also revokes its key), so
+-- a deleted agent is never listed as enabled. A write returns the row it changed, shown
+-- the same way: WITH changed AS (... RETURNING *) SELECT s.* FROM changed c, agent_shown(c) s.
 
 -- name: insert_agent
 -- Registers a new agent, or issues the first key of a seeded agent that has none yet.
 -- No row back means the name is taken by an agent that already has a key.
 -- $3 roles: a list replaces the agent's roles; NULL keeps a seeded agent's (none if new).
-INSERT INTO agents (name, api_key_hash, roles, created_at, updated_at)
-VALUES ($1, $2, coalesce($3::text[], '{}'), $4, $4)
-ON CONFLICT (name) DO UPDATE
-SET api_key_hash = excluded.api_key_hash,
-    roles = coalesce($3::text[], agents.roles),
-    updated_at = excluded.updated_at
-WHERE agents.api_key_hash IS NULL
-RETURNING agent_id, name, roles, created_at, disabled_at, description, url, timeout_ms,
-          retry_attempts, fallback_strategy, intents, skills,
-          enabled AND disabled_at IS NULL AS enabled, fail_max, reset_timeout_ms,
-          api_key_hash IS NOT NULL AS has_key, updated_at
+WITH changed AS (
+    INSERT INTO agents (name, api_key_hash, roles, created_at, updated_at)
+    VALUES ($1, $2, coalesce($3::text[], '{}'), $4, $4)
+    ON CONFLICT (name) DO UPDATE
+    SET api_key_hash = excluded.api_key_hash,
+        roles = coalesce($3::text[], agents.roles),
+        updated_at = excluded.updated_at
+    WHERE agents.api_key_hash IS NULL
+    RETURNING *
+)
+SELECT s.* FROM changed c, agent_shown(c) s
 
 -- name: get_agent_by_name
-SELECT agent_id, name, roles, created_at, disabled_at, description, url, timeout_ms,
-       retry_attempts, fallback_strategy, intents, skills,
-       enabled AND disabled_at IS NULL AS enabled, fail_max, reset_timeout_ms,
-       api_key_hash IS NOT NULL AS has_key, updated_at
-FROM agents
-WHERE name = $1
+SELECT s.* FROM agents a, agent_shown(a) s
+WHERE a.name = $1
 
 -- name: list_agents
-SELECT agent_id, name, roles, created_at, disabled_at, description, url, timeout_ms,
-       retry_attempts, fallback_strategy, intents, skills,
-       enabled AND disabled_at IS NULL AS enabled, fail_max, reset_timeout_ms,
-       api_key_hash IS NOT NULL AS has_key, updated_at
-FROM agents
-ORDER BY name
+SELECT s.* FROM agents a, agent_shown(a) s
+ORDER BY s.name
 
 -- name: find_active_agent_by_key_hash
 SELECT agent_id, name, roles
@@ -50,37 +44,37 @@ RETURNING agent_id
 
 -- name: replace_agent_key
 -- A new key replaces the old one at once and re-enables a disabled agent.
-UPDATE agents
-SET api_key_hash = $2, disabled_at = NULL, updated_at = $3
-WHERE name = $1
-RETURNING agent_id, name, roles, created_at, disabled_at, description, url, timeout_ms,
-          retry_attempts, fallback_strategy, intents, skills,
-          enabled AND disabled_at IS NULL AS enabled, fail_max, reset_timeout_ms,
-          api_key_hash IS NOT NULL AS has_key, updated_at
+WITH changed AS (
+    UPDATE agents
+    SET api_key_hash = $2, disabled_at = NULL, updated_at = $3
+    WHERE name = $1
+    RETURNING *
+)
+SELECT s.* FROM changed c, agent_shown(c) s
 
 -- name: update_agent_settings
 -- Every setting is written; the service merges the caller's changes into the current row.
 -- $10 enabled: the column, only when the caller set it (NULL keeps it): what is shown also
 -- reflects disabled_at, and writing that back would outlive a new key.
-UPDATE agents
-SET roles = $2, description = $3, url = $4, timeout_ms = $5, retry_attempts = $6,
-    fallback_strategy = $7, intents = $8, skills = $9, enabled = coalesce($10, enabled),
-    fail_max = $11,
-    reset_timeout_ms = $12, updated_at = $13
-WHERE name = $1
-RETURNING agent_id, name, roles, created_at, disabled_at, description, url, timeout_ms,
-          retry_attempts, fallback_strategy, intents, skills,
-          enabled AND disabled_at IS NULL AS enabled, fail_max, reset_timeout_ms,
-          api_key_hash IS NOT NULL AS has_key, updated_at
+WITH changed AS (
+    UPDATE agents
+    SET roles = $2, description = $3, url = $4, timeout_ms = $5, retry_attempts = $6,
+        fallback_strategy = $7, intents = $8, skills = $9, enabled = coalesce($10, enabled),
+        fail_max = $11,
+        reset_timeout_ms = $12, updated_at = $13
+    WHERE name = $1
+    RETURNING *
+)
+SELECT s.* FROM changed c, agent_shown(c) s
 
 -- name: set_agent_card
-UPDATE agents
-SET card = $2, url = $3, skills = $4, description = $5, updated_at = $6
-WHERE name = $1
-RETURNING agent_id, name, roles, created_at, disabled_at, description, url, timeout_ms,
-          retry_attempts, fallback_strategy, intents, skills,
-          enabled AND disabled_at IS NULL AS enabled, fail_max, reset_timeout_ms,
-          api_key_hash IS NOT NULL AS has_key, updated_at
+WITH changed AS (
+    UPDATE agents
+    SET card = $2, url = $3, skills = $4, description = $5, updated_at = $6
+    WHERE name = $1
+    RETURNING *
+)
+SELECT s.* FROM changed c, agent_shown(c) s
 
 -- name: get_agent_card
 SELECT card FROM agents WHERE name = $1

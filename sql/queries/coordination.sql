@@ -15,11 +15,10 @@ SELECT
 -- name: routing_agents
 -- Every agent, with what routing needs. Routing takes only the enabled ones; an agent
 -- disabled with DELETE /v1/agents/<name> (disabled_at) counts as not enabled until a new
--- key re-enables it. (Disabled agents stay listed: their breakers can still be managed.)
-SELECT name, roles, url, timeout_ms, retry_attempts, fallback_strategy, intents, skills,
-       enabled AND disabled_at IS NULL AS enabled, fail_max, reset_timeout_ms
-FROM agents
-ORDER BY name
+-- key re-enables it (agent_shown in schema.sql; routing reads the columns it needs).
+-- (Disabled agents stay listed: their breakers can still be managed.)
+SELECT s.* FROM agents a, agent_shown(a) s
+ORDER BY s.name
 
 -- name: list_intent_types
 SELECT t.name, t.base_weight, t.description, t.updated_at,

@@ -86,13 +86,8 @@ WITH picked AS (
     WHERE s.session_id = picked.session_id
     RETURNING s.*
 )
-INSERT INTO session_state_versions (
-    session_id, version, session_state, agent_sequence, coordination_metadata, current_agent,
-    progress_percentage, status, priority, changed_by, change_reason, created_at
-)
-SELECT session_id, version, session_state, agent_sequence, coordination_metadata, current_agent,
-       progress_percentage, status, priority, 'scheduler', 'expiry_extended', $1::timestamptz
-FROM extended
+INSERT INTO session_state_versions
+SELECT v.* FROM extended e, session_version(e, 'scheduler', 'expiry_extended', $1) v
 RETURNING session_id
 
 -- name: count_extendable_sessions
@@ -471,12 +466,6 @@ WHERE ($1::text IS NULL OR d.status = $1)
   AND (e.created_at, e.event_id, d.subscription_id) < ($2, $3, $4)
 ORDER BY e.created_at DESC, e.event_id DESC, d.subscription_id DESC
 LIMIT $5
-
--- name: list_events
-SELECT event_id, event_type, payload, created_at FROM outbox_events
-WHERE (created_at, event_id) < ($1, $2)
-ORDER BY created_at DESC, event_id DESC
-LIMIT $3
 
 -- name: redeliver_event
 UPDATE event_deliveries

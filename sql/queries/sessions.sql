@@ -1,15 +1,24 @@
 -- Sessions: the coordinated state of one user's conversation across agents.
 -- Every content change bumps `version` and writes one session_state_versions row in the
--- same transaction. Times come from the application clock ($n), never from now().
+-- same statement (session_version in schema.sql makes the row). Times come from the
+-- application clock ($n), never from now().
 
 -- name: insert_session
-INSERT INTO session_coordination (
-    user_id, session_type, priority, current_agent, agent_sequence, session_state,
-    coordination_metadata, progress_percentage, preserve,
-    created_at, updated_at, last_activity_at, expires_at
+-- A new session at version 1 and the version row that records it ("created" by $12), in
+-- one statement: atomic without a transaction.
+WITH created AS (
+    INSERT INTO session_coordination (
+        user_id, session_type, priority, current_agent, agent_sequence, session_state,
+        coordination_metadata, progress_percentage, preserve,
+        created_at, updated_at, last_activity_at, expires_at
+    )
+    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $10, $10, $11)
+    RETURNING *
+), recorded AS (
+    INSERT INTO session_state_versions
+    SELECT v.* FROM created c, session_version(c, $12, 'created', $10) v
 )
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $10, $10, $11)
-RETURNING *
+SELECT * FROM created
 
 -- name: get_session
 SELECT * FROM session_coordination WHERE session_id = $1
@@ -57,14 +66,8 @@ WITH updated AS (
     WHERE session_id = $1 AND version = $2
     RETURNING *
 ), recorded AS (
-    INSERT INTO session_state_versions (
-        session_id, version, session_state, agent_sequence, coordination_metadata,
-        current_agent, progress_percentage, status, priority, changed_by, change_reason,
-        created_at
-    )
-    SELECT session_id, version, session_state, agent_sequence, coordination_metadata,
-           current_agent, progress_percentage, status, priority, $13, $14, $12::timestamptz
-    FROM updated
+    INSERT INTO session_state_versions
+    SELECT v.* FROM updated u, session_version(u, $13, $14, $12) v
 ), decided AS (
     INSERT INTO coordination_decisions (
         session_id, session_version, message, context_flags, classifier, intents,
@@ -80,13 +83,6 @@ WITH updated AS (
     RETURNING decision_id
 )
 SELECT updated.*, (SELECT decision_id FROM decided) AS decision_id FROM updated
-
--- name: insert_session_version
-INSERT INTO session_state_versions (
-    session_id, version, session_state, agent_sequence, coordination_metadata, current_agent,
-    progress_percentage, status, priority, changed_by, change_reason, created_at
-)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
 
 -- name: touch_session
 -- Heartbeat: records activity, wakes an idle session, and keeps a session with a running

@@ -309,6 +309,87 @@ async def test_list_filters_and_keyset_pagination(client: httpx.AsyncClient) -> 
     assert len(by_content.json()["items"]) == 1
 
 
+class TestListFilters:
+    """Every filter narrows every list, whichever index the list reads through (a session,
+    a user, an agent or a containment search each lead their own statement)."""
+
+    @pytest.fixture
+    def clock(self, frozen_clock: FrozenClock) -> Clock:
+        return frozen_clock
+
+    async def test_each_filter_narrows_each_list(
+        self, client: httpx.AsyncClient, frozen_clock: FrozenClock, make_agent_client: Any
+    ) -> None:
+        first, second = await create_user(client), await create_user(client)
+        first_a = (await create_session(client, user_id=first))["session_id"]
+        first_b = (await create_session(client, user_id=first))["session_id"]
+        second_a = (await create_session(client, user_id=second))["session_id"]
+        agent = await make_agent_client("Filter_Agent", [])
+        written: list[dict[str, Any]] = []
+        async with agent:
+            for i, (writer, user, session, memory_type) in enumerate(
+                [
+                    (client, first, first_a, "orchestrator"),
+                    (agent, first, first_a, "planning"),
+                    (client, first, first_b, "data_collection"),
+                    (agent, first, None, "orchestrator"),
+                    (client, second, second_a, "planning"),
+                    (agent, second, second_a, "orchestrator"),
+                    (client, second, None, "data_collection"),
+                    (agent, first, first_b, "planning"),
+                ]
+            ):
+                frozen_clock.advance(timedelta(minutes=1))
+                body = memory(
+                    user, memory_type=memory_type, content={"i": i, "tag": ("even", "odd")[i % 2]}
+                )
+                if session is not None:
+                    body["session_id"] = session
+                response = await writer.post("/v1/memories", json=body)
+                assert response.status_code == 201, response.text
+                written.append(response.json())
+        since = written[3]["created_at"]
+        leading: dict[str, Any] = {
+            "session_id": first_b,
+            "user_id": first,
+            "agent_name": "Filter_Agent",
+            "contains": {"tag": "even"},
+        }
+        narrowing: dict[str, Any] = {
+            "user_id": second,
+            "session_id": first_a,
+            "agent_name": "admin",
+            "memory_type": "planning",
+            "category": "session_data",
+            "since": since,
+            "contains": {"tag": "odd"},
+        }
+
+        def matches(m: dict[str, Any], filters: dict[str, Any]) -> bool:
+            for name, value in filters.items():
+                if name == "contains":
+                    if not value.items() <= m["content"].items():
+                        return False
+                elif name == "since":
+                    if m["created_at"] < value:
+                        return False
+                elif m[name] != value:
+                    return False
+            return True
+
+        for lead, lead_value in leading.items():
+            for name, value in [(None, None), *narrowing.items()]:
+                filters = {lead: lead_value} if name is None else {lead: lead_value, name: value}
+                params = {k: json.dumps(v) if k == "contains" else v for k, v in filters.items()}
+                response = await client.get("/v1/memories", params=params)
+                assert response.status_code == 200, (filters, response.text)
+                expected = [m["content"]["i"] for m in reversed(written) if matches(m, filters)]
+                listed = [m["content"]["i"] for m in response.json()["items"]]
+                assert listed == expected, filters
+                if name is None:
+                    assert expected, f"{lead} alone must list something"
+
+
 async def test_list_errors(client: httpx.AsyncClient) -> None:
     assert_problem(await client.get("/v1/memories"), 422)
     user_id = await create_user(client)

@@ -174,12 +174,17 @@ async def test_upgrade_head_builds_exactly_schema_sql(server_url: str) -> None:
     assert table_names(from_migrations) >= CORE_TABLES, table_names(from_migrations)
     assert "alembic_version" not in table_names(from_migrations)
     assert [row[0] for row in from_migrations["functions"]] == [
+        "agent_shown",
         "jsonb_mentions_any",
         "jsonb_or_null",
+        "memory_list_rows",
+        "memory_live",
+        "memory_readable",
         "memory_readable_levels",
         "memory_visible",
         "replica_is_present",
         "replica_lock_space",
+        "session_version",
         "uuid_generate_v7",
     ]
     assert_same_schema(from_migrations, from_schema_sql, "migrations", "schema.sql")

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import ast
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -251,3 +253,138 @@ def test_session_state_pattern(text: str, stateful: bool) -> None:
 def test_placeholder_patterns(text: str, placeholder: bool) -> None:
     found = bool(_FORMAT_PLACEHOLDER.search(text) or _PERCENT_PLACEHOLDER.search(text))
     assert found is placeholder
+
+
+# -- query names ---------------------------------------------------------------------------
+# Code reaches a statement as an attribute, QUERIES.<file>.<name> or Q.<name> after
+# Q = QUERIES.<file>, and the loader answers any name at run time: a misspelt one would fail
+# only when its line runs. So the code that sends queries is read here: every name it uses
+# must be defined, every defined name must be used (a statement nobody sends is dead), and
+# a use the scan cannot check (QUERIES or a file passed around, getattr) is refused.
+QUERY_USERS = ("app", "scheduler", "bench", "drills")
+# Attributes of a loaded file and of the loader that are not statements.
+FILE_ATTRIBUTES = {"names", "path"}
+
+
+@dataclass(frozen=True, slots=True)
+class QueryUse:
+    """One place that names a statement (or uses the loader in a way the scan cannot read)."""
+
+    where: str
+    stem: str
+    name: str | None  # None: a use the scan cannot check
+
+
+def query_uses(source: str, where: str) -> list[QueryUse]:
+    """The statements a module names, and its uses of the loader the scan cannot check."""
+    tree = ast.parse(source)
+    loaders = {
+        alias.asname or alias.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and node.module == "app.db.queries"
+        for alias in node.names
+        if alias.name == "QUERIES"
+    }
+    files: dict[str, str] = {}  # a name bound to QUERIES.<file> -> the file
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Assign)
+            and len(node.targets) == 1
+            and isinstance(node.targets[0], ast.Name)
+            and isinstance(node.value, ast.Attribute)
+            and isinstance(node.value.value, ast.Name)
+            and node.value.value.id in loaders
+        ):
+            files[node.targets[0].id] = node.value.attr
+    parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+    uses: list[QueryUse] = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Name) or node.id not in loaders | set(files):
+            continue
+        at = f"{where}:{node.lineno}"
+        parent = parents.get(node)
+        if isinstance(node.ctx, ast.Store) or isinstance(parent, ast.alias):
+            continue
+        if node.id in files:
+            if isinstance(parent, ast.Attribute) and parent.attr not in FILE_ATTRIBUTES:
+                uses.append(QueryUse(at, files[node.id], parent.attr))
+            else:
+                uses.append(QueryUse(at, files[node.id], None))
+            continue
+        # The loader itself: QUERIES.<file>.<name>, or Q = QUERIES.<file> (seen above).
+        grandparent = parents.get(parent) if parent is not None else None
+        if not isinstance(parent, ast.Attribute):
+            uses.append(QueryUse(at, "?", None))
+        elif isinstance(grandparent, ast.Attribute) and grandparent.attr not in FILE_ATTRIBUTES:
+            uses.append(QueryUse(at, parent.attr, grandparent.attr))
+        elif not (isinstance(grandparent, ast.Assign) and parent is grandparent.value):
+            uses.append(QueryUse(at, parent.attr, None))
+    return uses
+
+
+def tree_query_uses() -> list[QueryUse]:
+    """Every use of a named statement in the code that sends them."""
+    return [
+        use
+        for folder in QUERY_USERS
+        for path in sorted((PROJECT_ROOT / folder).rglob("*.py"))
+        for use in query_uses(
+            path.read_text(encoding="utf-8"), path.relative_to(PROJECT_ROOT).as_posix()
+        )
+    ]
+
+
+DEFINED = {(stem, name) for stem, name, _ in STATEMENTS}
+
+
+def test_every_statement_the_code_names_exists() -> None:
+    uses = tree_query_uses()
+    assert len(uses) > 50, "the scan found too few uses to be reading the code"
+    unchecked = [use for use in uses if use.name is None]
+    assert unchecked == [], "uses of the query loader the scan cannot check"
+    missing = [use for use in uses if (use.stem, use.name) not in DEFINED]
+    assert missing == [], "named in code, defined in no sql/queries file"
+
+
+def test_every_statement_is_used() -> None:
+    used = {(use.stem, use.name) for use in tree_query_uses()}
+    assert sorted(DEFINED - used) == [], "defined, but no code sends it: remove it"
+
+
+def test_no_statement_is_named_like_a_file_attribute() -> None:
+    # QUERIES.<file>.names is the method, never a statement: the scan relies on it.
+    assert {name for _, name, _ in STATEMENTS} & FILE_ATTRIBUTES == set()
+    assert set(QUERIES.files()) & {"files"} == set()
+
+
+@pytest.mark.parametrize(
+    ("source", "found"),
+    [
+        (
+            "from app.db.queries import QUERIES\nQ = QUERIES.sessions\nQ.get_session\n",
+            [("sessions", "get_session")],
+        ),
+        ("from app.db.queries import QUERIES\nQUERIES.health.ping\n", [("health", "ping")]),
+        (
+            "from app.db.queries import QUERIES as L\nF = L.users\nasync def f(c):\n"
+            "    await c.fetch(F.get_user, 1)\n    await c.fetch(L.agents.list_agents)\n",
+            [("users", "get_user"), ("agents", "list_agents")],
+        ),
+        # Uses the scan cannot check are reported as such (name None).
+        ("from app.db.queries import QUERIES\nQ = QUERIES.users\nrun(Q)\n", [("users", None)]),
+        (
+            "from app.db.queries import QUERIES\nQ = QUERIES.users\ngetattr(Q, 'x')\n",
+            [("users", None)],
+        ),
+        ("from app.db.queries import QUERIES\nrun(QUERIES)\n", [("?", None)]),
+        ("from app.db.queries import QUERIES\nQUERIES.users\n", [("users", None)]),
+        ("from app.db.queries import QUERIES\nQUERIES.files()\n", [("files", None)]),
+        # A file's own attributes are not statements: the scan cannot check such a use.
+        ("from app.db.queries import QUERIES\nQ = QUERIES.users\nQ.names()\n", [("users", None)]),
+        # Another object's attributes are not statements.
+        ("Q = object()\nQ.get_session\n", []),
+    ],
+)
+def test_query_use_scan(source: str, found: list[tuple[str, str | None]]) -> None:
+    # The two tests above are only as good as this scan: it must see every use.
+    assert [(use.stem, use.name) for use in query_uses(source, "m.py")] == found
