@@ -223,6 +223,7 @@ SERVICE_PROBLEMS: dict[tuple[str, str], dict[int, str]] = {
         422: "None of user_id, session_id, agent_name or contains is given.",
     },
     ("POST", "/v1/memory-types"): {409: "A memory type of this name exists."},
+    ("POST", "/v1/intents/analyze"): {404: "session_id names no session."},
     ("POST", "/v1/sessions/{session_id}/messages"): {
         409: "The session is completed or expired (session_status)."
     },

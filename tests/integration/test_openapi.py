@@ -625,6 +625,9 @@ PROVOKE: dict[tuple[str, str, int], Provocation] = {
     ("POST", "/v1/memory-types", 409): lambda p: p.client.post(
         "/v1/memory-types", json={"name": "planning", "default_category": "agent_outputs"}
     ),
+    ("POST", "/v1/intents/analyze", 404): lambda p: _post(
+        p, "/v1/intents/analyze", {"message": "hello", "session_id": str(uuid.uuid4())}
+    ),
     ("POST", "/v1/sessions/{session_id}/messages", 409): lambda p: _on_completed(
         p, "messages", {"text": "hello"}
     ),
