@@ -269,7 +269,7 @@ _DERIVED: dict[str, tuple[int, str]] = {
         400,
         "A path or query parameter is malformed or out of range (errors names it).",
     ),
-    "not found": (404, "Nothing exists at this path (an id that names nothing, or no id)."),
+    "not found": (404, "What the path names does not exist (or, for an id, is not one)."),
 }
 
 
@@ -408,7 +408,8 @@ def _merge_patch_of(schema: dict[str, Any], components: dict[str, Any]) -> dict[
     required = set(schema.get("required", []))
     properties = {}
     for name, member in schema["properties"].items():
-        patched = _merge_patch_of(member, components)
+        # Absent means unchanged in a patch: a default says nothing there.
+        patched = _merge_patch_of({k: v for k, v in member.items() if k != "default"}, components)
         if name not in required and not _allows_null(patched):
             patched = {"anyOf": [patched, {"type": "null"}]}
         properties[name] = patched
