@@ -6,7 +6,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.switchboard-installed
 
-.PHONY: run test lint format migrate install clean-data help bench bench-quick drills
+.PHONY: run test lint format migrate install clean-data help bench bench-quick drills n8n-e2e
 
 help:
 	@echo "make run     serve the API (and scheduler) on \$${SWITCHBOARD_HOST:-127.0.0.1}:\$${SWITCHBOARD_PORT:-8080}"
@@ -15,6 +15,7 @@ help:
 	@echo "make migrate apply migrations to SWITCHBOARD_DATABASE_URL (or the embedded server)"
 	@echo "make bench   benchmarks against their ceilings (bench-quick: under 2 minutes)"
 	@echo "make drills  fault drills (own embedded PostgreSQL, bounded, 127.0.0.1 only)"
+	@echo "make n8n-e2e the n8n workflows in a real n8n (npm installs it once into ~/.cache/switchboard)"
 
 $(STAMP): requirements/runtime.txt requirements/dev.txt pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -56,6 +57,11 @@ drills: $(STAMP)
 	$(BIN)/python -m drills.three_replicas_one_day
 	$(BIN)/python -m drills.fuzz
 	$(BIN)/python -m drills.header_flood
+
+# Not part of `make test`: installs n8n with npm (once, minutes) and runs it. N8N_E2E_ARGS=--record
+# writes the run into n8n-workflows/README.md.
+n8n-e2e: $(STAMP)
+	$(BIN)/python -m drills.n8n_e2e $(N8N_E2E_ARGS)
 
 clean-data:
 	-$(BIN)/switchboard embedded-stop

@@ -58,13 +58,14 @@ from app.memories.controller import (
     UserMemoriesController,
 )
 from app.memories.service import MemoryService
-from app.metrics import MetricsController, RequestMetrics, metrics_middleware
+from app.metrics import Metrics, MetricsController
 from app.openapi import openapi_config
 from app.outbound.policy import OutboundPolicy, Resolver
 from app.outbound.transport import outbound_client
 from app.sessions.controller import SessionController, UserSessionsController
 from app.sessions.service import SessionService
 from app.settings import Settings
+from app.tracing import TracedRequests
 from app.users.controller import UserController
 from app.users.service import UserService
 from app.webhooks.controller import N8nWebhookController
@@ -189,7 +190,7 @@ def create_app(
     idempotency = IdempotencyService(
         database, clock, settings.webhooks.idempotency_ttl, lease, presence
     )
-    request_metrics = RequestMetrics()
+    metrics = Metrics(database, breakers)
     scheduler = (
         Scheduler(maintenance, events)
         if (settings.scheduler.enabled if run_scheduler is None else run_scheduler)
@@ -260,14 +261,11 @@ def create_app(
             "maintenance": provide(maintenance),
             "events": provide(events),
             "hooks": provide(webhooks),
-            "request_metrics": provide(request_metrics),
+            "metrics": provide(metrics),
             "breakers": provide(breakers),
             "idempotency": provide(idempotency),
         },
-        middleware=[
-            metrics_middleware,
-            DefineMiddleware(ApiKeyAuthMiddleware, exclude=PUBLIC_PATHS),
-        ],
+        middleware=[DefineMiddleware(ApiKeyAuthMiddleware, exclude=PUBLIC_PATHS)],
         before_request=before_handler,
         request_class=JsonRequest,
         plugins=[StrictRequestModels()],
@@ -279,7 +277,6 @@ def create_app(
                 "agent_service": agent_service,
                 "settings": settings,
                 "clock": clock,
-                "request_metrics": request_metrics,
                 "rate_limiter": RateLimiter(
                     settings.server.rate_limit_per_second, settings.server.rate_limit_burst
                 ),
@@ -287,13 +284,23 @@ def create_app(
         ),
         openapi_config=openapi_config(__version__),
         debug=False,
+        # Logging is set up once per process by its entry point (app/logs.py); Litestar's
+        # own set-up would replace it (and format records on a queue thread, where the
+        # request's trace id is not known).
+        logging_config=None,
     )
     app.state.parameter_rules = ParameterRules(app)
     app.state.allowed_methods = AllowedMethods(app)
     # Outermost, around routing and Litestar's own exception handling: middleware given to
     # Litestar runs only for matched routes, and a 404 or 405 is an early answer too.
-    app.asgi_handler = LingeringClose(
+    # Every request is traced, counted and logged, the unmatched ones included.
+    traced = TracedRequests(
         app.asgi_handler,
+        observer=metrics if settings.server.metrics_enabled else None,
+        access_log=settings.logging.access,
+    )
+    app.asgi_handler = LingeringClose(
+        traced,
         max_bytes=settings.server.linger_max_bytes,
         seconds=settings.server.linger_seconds,
     )

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import logging
 import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from app import runtime
+from app.logs import configure_logging
 from app.settings import Settings
 
 if TYPE_CHECKING:
@@ -19,8 +19,14 @@ if TYPE_CHECKING:
 def _serve(settings: Settings, args: argparse.Namespace) -> int:
     from app.asgi import create_app
     from app.db.migrate import upgrade
-    from app.server import run, uvicorn_config
+    from app.server import PortUnavailable, bind, run, uvicorn_config
 
+    host = args.host or settings.server.host
+    port = settings.server.port if args.port is None else args.port
+    try:
+        sock = bind(host, port)  # before anything else: a port in use fails at once
+    except PortUnavailable as exc:
+        raise CommandFailed(str(exc)) from None
     url = runtime.database_url(settings)
     if not args.no_migrate:
         upgrade(url)
@@ -30,10 +36,8 @@ def _serve(settings: Settings, args: argparse.Namespace) -> int:
         admin_key=runtime.admin_key(settings),
         run_scheduler=settings.scheduler.enabled and not args.no_scheduler,
     )
-    host = args.host or settings.server.host
-    port = args.port or settings.server.port
-    print(f"Switchboard listening on http://{host}:{port}  (OpenAPI: /schema)", flush=True)
-    return 0 if run(uvicorn_config(app, settings.server, host=host, port=port)) else 1
+    # "listening" is logged by the server once it listens (app/server.py).
+    return 0 if run(uvicorn_config(app, settings.server, host=host, port=port), sock) else 1
 
 
 def _scheduler(settings: Settings, _: argparse.Namespace) -> int:
@@ -190,6 +194,10 @@ def _checked(value: str, annotated: Any, expected: str) -> str:
     return checked
 
 
+# Commands whose whole output is their answer on stdout.
+_CHORES = frozenset({_agents, _admin_key_path, _embedded_stop})
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The command-line grammar."""
     parser = argparse.ArgumentParser(prog="switchboard", description=__doc__)
@@ -240,10 +248,9 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``switchboard`` command."""
     args = build_parser().parse_args(argv)
     settings = Settings()
-    logging.basicConfig(
-        level=settings.server.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    # A chore (agents, admin-key-path) prints its answer and nothing else at INFO; the
+    # services (serve, scheduler, migrate) log their start-up and what they change.
+    configure_logging(settings.logging, chore=args.handler in _CHORES)
     try:
         return int(args.handler(settings, args))
     except CommandFailed as exc:

@@ -15,6 +15,8 @@ from litestar.exceptions import HTTPException, ValidationException
 from litestar.status_codes import HTTP_500_INTERNAL_SERVER_ERROR
 from litestar.types import ExceptionHandlersMap
 
+from app.tracing import current_trace_id
+
 logger = logging.getLogger("switchboard.errors")
 
 PROBLEM_JSON = "application/problem+json"
@@ -143,6 +145,13 @@ class ServiceUnavailable(SwitchboardError):
     status, title, slug = 503, "Service unavailable", "service-unavailable"
 
 
+class CleanupFailed(SwitchboardError):
+    """A cleanup run on request had a job that did not succeed; the extensions carry every
+    job's result. A 5xx, so a caller's retry runs it again and no replay ever reports it."""
+
+    status, title, slug = 500, "Cleanup failed", "cleanup-failed"
+
+
 _STATUS_HEADERS = {
     401: {"WWW-Authenticate": 'Bearer realm="switchboard"'},
     503: {"Retry-After": "1"},
@@ -178,8 +187,12 @@ def problem_response(
     instance: str,
     extensions: dict[str, Any] | None = None,
 ) -> Response[dict[str, Any]]:
-    """Build one problem+json response; extensions never override the standard members."""
+    """Build one problem+json response; extensions never override the standard members.
+    ``trace_id`` names the request's trace (its log lines carry it), for a user to quote."""
     body = problem_body(status, title, slug, detail, instance, extensions)
+    trace_id = current_trace_id()
+    if trace_id is not None:
+        body.setdefault("trace_id", trace_id)
     headers = _STATUS_HEADERS.get(status)
     return Response(body, status_code=status, media_type=PROBLEM_JSON, headers=headers)
 

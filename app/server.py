@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import socket
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -296,18 +297,14 @@ def protocol_class(limits: HeadLimits) -> type[LimitedHttpToolsProtocol]:
     return Protocol
 
 
-def uvicorn_config(
-    app: Any,
-    server: ServerSettings,
-    *,
-    host: str,
-    port: int,
-    log_level: str | None = None,
-    access_log: bool = True,
-) -> uvicorn.Config:
+def uvicorn_config(app: Any, server: ServerSettings, *, host: str, port: int) -> uvicorn.Config:
     """How Switchboard is served, for ``switchboard serve`` and the benchmarks alike: one
     process, uvloop, httptools with the head limits, no WebSocket (no route needs one, and
-    an upgraded connection would leave these limits for the websockets library's)."""
+    an upgraded connection would leave these limits for the websockets library's).
+
+    uvicorn's logging is left to app/logs.py (no config of its own, its loggers go to the
+    one handler) and its access log is off: the app logs each request itself, structured
+    and with the trace id (app/tracing.py)."""
     limits = HeadLimits(server.max_header_fields, server.max_header_bytes, server.header_timeout)
     return uvicorn.Config(
         app,
@@ -317,16 +314,60 @@ def uvicorn_config(
         ws="none",
         timeout_keep_alive=server.keep_alive_timeout,
         limit_concurrency=server.max_connections,
-        log_level=(log_level or server.log_level).lower(),
-        access_log=access_log,
+        log_config=None,
+        log_level=None,
+        access_log=False,
         proxy_headers=False,
         server_header=False,
     )
 
 
-def run(config: uvicorn.Config) -> bool:
-    """Serve until stopped (SIGINT, SIGTERM); false when the server never started."""
-    server = uvicorn.Server(config)
-    with contextlib.suppress(KeyboardInterrupt):  # uvicorn raises the signal again on exit
-        server.run()
+class PortUnavailable(Exception):
+    """The address cannot be listened on (in use, not this host's, not permitted)."""
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to ``host:port`` but not yet listening: taking the port first
+    makes a port in use fail at once, before the database or migrations are touched,
+    while a client that connects early is refused rather than left waiting; uvicorn
+    starts listening on it once the app has started."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        reason = exc.strerror or str(exc)
+        raise PortUnavailable(f"cannot listen on {host}:{port}: {reason}") from None
+    sock.set_inheritable(True)
+    return sock
+
+
+def _url(sock: socket.socket) -> str:
+    host, port = sock.getsockname()[:2]
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server, saying where it listens once it does (never before)."""
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        if self.started and sockets:
+            url = _url(sockets[0])
+            logger.info(
+                "Switchboard listening on %s (OpenAPI: %s/schema)", url, url, extra={"url": url}
+            )
+
+
+def run(config: uvicorn.Config, sock: socket.socket) -> bool:
+    """Serve on ``sock`` (from ``bind``) until stopped (SIGINT, SIGTERM); false when the
+    server never started."""
+    server = _Server(config)
+    try:
+        with contextlib.suppress(KeyboardInterrupt):  # uvicorn raises the signal again on exit
+            server.run(sockets=[sock])
+    finally:
+        sock.close()
     return server.started

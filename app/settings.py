@@ -45,7 +45,6 @@ class ServerSettings(BaseSettings):
     # Connections open at once, or requests in progress, per server process; one more is
     # answered 503 and closed. Each costs a file descriptor (ulimit -n must be above this).
     max_connections: PositiveInt = 1000
-    log_level: str = "INFO"
     # Requests per second each key may make (per replica), and the burst it may save up;
     # 0 turns rate limiting off.
     rate_limit_per_second: float = Field(default=100.0, ge=0)
@@ -57,6 +56,34 @@ class ServerSettings(BaseSettings):
     # which took the p99 of a 20-row memory list from about 55 ms to about 22 ms here.
     # Tests turn it off: they build hundreds of apps in one process.
     gc_freeze: bool = True
+
+
+LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
+
+
+class LoggingSettings(BaseSettings):
+    """What the processes log and how (app/logs.py): one line per record on stderr."""
+
+    model_config = SettingsConfigDict(env_prefix="SWITCHBOARD_LOG_", extra="ignore")
+
+    # INFO is quiet in steady state: start-up, job runs that changed something, requests
+    # (see access), warnings. DEBUG adds the libraries' own chatter (APScheduler, alembic).
+    level: LogLevel = "INFO"
+    # json: one JSON object per line; text: compact lines for a person; auto: text when
+    # stderr is a terminal, else json.
+    format: Literal["auto", "json", "text"] = "auto"
+    # One INFO line per HTTP request (method, route, status, duration, trace id).
+    access: bool = True
+
+    @field_validator("level", mode="before")
+    @classmethod
+    def _level_in_any_case(cls, value: Any) -> Any:
+        return value.strip().upper() if isinstance(value, str) else value
+
+    @field_validator("format", mode="before")
+    @classmethod
+    def _format_in_any_case(cls, value: Any) -> Any:
+        return value.strip().lower() if isinstance(value, str) else value
 
 
 class DatabaseSettings(BaseSettings):
@@ -271,6 +298,7 @@ class Settings(BaseSettings):
 
     data_dir: Path = PROJECT_ROOT / ".switchboard"
     server: ServerSettings = Field(default_factory=ServerSettings)
+    logging: LoggingSettings = Field(default_factory=LoggingSettings)
     database: DatabaseSettings = Field(default_factory=DatabaseSettings)
     auth: AuthSettings = Field(default_factory=AuthSettings)
     sessions: SessionSettings = Field(default_factory=SessionSettings)

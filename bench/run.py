@@ -43,7 +43,7 @@ sys.path.insert(0, str(ROOT))
 
 from app.clock import SystemClock  # noqa: E402
 from app.coordination.breaker import AsyncCircuitBreaker  # noqa: E402
-from app.coordination.intents import IntentRules, detect_intents, prioritize  # noqa: E402
+from app.coordination.intents import detect_intents, prioritize  # noqa: E402
 from app.db.migrate import upgrade  # noqa: E402
 from app.db.pool import Database  # noqa: E402
 from app.maintenance.service import MaintenanceService  # noqa: E402
@@ -434,13 +434,7 @@ async def cpu_paths(url: str) -> dict[str, float]:
     await conn.set_type_codec("jsonb", encoder=json.dumps, decoder=json.loads, schema="pg_catalog")
     data = await intent_rule_data(conn)  # type: ignore[arg-type]
     await conn.close()
-    rules = IntentRules(
-        base_weights=data["weights"],
-        keywords=data["keywords"],
-        modifiers=data["modifiers"],
-        cues=data["cues"],
-        intent_agents={"request_plan": "P", "ask_question": "E", "emergency_financial": "C"},
-    )
+    rules = data.rules({"request_plan": "P", "ask_question": "E", "emergency_financial": "C"})
     message = (
         "I lost my job and need help urgently. Also can you make a plan? What is compound interest?"
     )

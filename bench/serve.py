@@ -61,10 +61,13 @@ def spawn(
 def main() -> None:
     """Start the named target on 127.0.0.1:PORT."""
     target, port = sys.argv[1], int(sys.argv[2])
-    from app.server import run, uvicorn_config
+    from app.logs import configure_logging
+    from app.server import bind, run, uvicorn_config
     from app.settings import Settings
 
     settings = Settings()
+    settings.logging.level, settings.logging.access = "WARNING", False
+    configure_logging(settings.logging)
     if target == "ceiling":
         from bench.ceiling import app
     else:
@@ -76,10 +79,8 @@ def main() -> None:
             admin_key=os.environ["SWITCHBOARD_ADMIN_KEY"],
             run_scheduler=False,
         )
-    config = uvicorn_config(
-        app, settings.server, host="127.0.0.1", port=port, log_level="warning", access_log=False
-    )
-    sys.exit(0 if run(config) else 1)
+    config = uvicorn_config(app, settings.server, host="127.0.0.1", port=port)
+    sys.exit(0 if run(config, bind("127.0.0.1", port)) else 1)
 
 
 if __name__ == "__main__":

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import os
+from typing import Any
 
 from alembic import context
+from alembic.runtime.migration import MigrationInfo
 from sqlalchemy import text
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import create_async_engine
@@ -28,12 +30,20 @@ def _database_url() -> str:
     return f"postgresql+asyncpg://{rest}"
 
 
+def _record(*, step: MigrationInfo, **_: Any) -> None:
+    """Note each step applied, for the caller's one log line (app/db/migrate.py)."""
+    steps: list[str] = context.config.attributes.setdefault("applied_steps", [])
+    steps.append(",".join(step.destination_revision_ids) or "base")
+
+
 def _run(connection: Connection) -> None:
     # A session-level lock survives the commit below and is held until released.
     connection.execute(text("SELECT pg_advisory_lock(:key)"), {"key": MIGRATION_LOCK_KEY})
     connection.commit()
     try:
-        context.configure(connection=connection, transaction_per_migration=True)
+        context.configure(
+            connection=connection, transaction_per_migration=True, on_version_apply=_record
+        )
         with context.begin_transaction():
             context.run_migrations()
     finally:

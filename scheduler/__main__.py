@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import signal
 
 from app import runtime
 from app.asgi import replica_name
 from app.clock import SystemClock
 from app.db.pool import Database
+from app.logs import configure_logging
 from app.maintenance.events import EventService
 from app.maintenance.service import MaintenanceService
 from app.outbound.policy import OutboundPolicy
@@ -48,10 +48,7 @@ async def run(settings: Settings) -> None:
 def main() -> None:
     """Entry point."""
     settings = Settings()
-    logging.basicConfig(
-        level=settings.server.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    configure_logging(settings.logging)
     asyncio.run(run(settings))
 
 

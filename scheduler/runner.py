@@ -10,6 +10,7 @@ from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
 from app.maintenance.events import EventService
 from app.maintenance.service import JOBS, MaintenanceService
+from app.tracing import traced
 
 logger = logging.getLogger("switchboard.scheduler")
 
@@ -55,16 +56,36 @@ class Scheduler:
             self._scheduler.shutdown(wait=False)
 
     async def _run(self, name: str) -> None:
-        try:
-            outcome = await self._maintenance.run_scheduled(name)
-        except Exception:
-            logger.exception("job %s could not run", name)
-            return
-        if outcome.claimed and outcome.run is not None:
-            logger.info("job %s: %s, %d rows", name, outcome.run.status, outcome.run.rows_affected)
+        # Each run is a trace of its own: its log lines and the calls it makes share an id.
+        with traced():
+            try:
+                outcome = await self._maintenance.run_scheduled(name)
+            except Exception:
+                logger.exception("job %s could not run", name, extra={"job": name})
+                return
+            run = outcome.run
+            if not outcome.claimed or run is None:
+                return
+            # Quiet in steady state: a run that changed nothing is worth a DEBUG line only.
+            level = (
+                logging.WARNING
+                if run.status != "succeeded"
+                else logging.INFO
+                if run.rows_affected
+                else logging.DEBUG
+            )
+            logger.log(
+                level,
+                "job %s: %s, %d rows",
+                name,
+                run.status,
+                run.rows_affected,
+                extra={"job": name, "status": run.status, "rows": run.rows_affected},
+            )
 
     async def _deliver(self) -> None:
-        try:
-            await self._events.deliver_due()
-        except Exception:
-            logger.exception("event delivery failed; will retry")
+        with traced():
+            try:
+                await self._events.deliver_due()
+            except Exception:
+                logger.exception("event delivery failed; will retry", extra={"job": "delivery"})

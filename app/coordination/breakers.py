@@ -12,22 +12,23 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from datetime import datetime
 from typing import Any
 
 import asyncpg
-import orjson
+import msgspec
 
 from app.clock import Clock
 from app.coordination import repository as repo
 from app.coordination.breaker import AsyncCircuitBreaker, BreakerSnapshot
-from app.coordination.schemas import RoutingAgent
+from app.coordination.schemas import PublishedBreaker, RoutingAgent
 from app.db.pool import Database
 
 logger = logging.getLogger("switchboard.breakers")
 
 CHANNEL = "switchboard_breakers"
 _DEFAULT_SETTINGS = (5, 30.0)
+# What save_breaker's NOTIFY carries: the published state as JSON.
+_NOTIFICATION = msgspec.json.Decoder(PublishedBreaker).decode
 
 
 class BreakerRegistry:
@@ -119,8 +120,8 @@ class BreakerRegistry:
         """Re-read every published state and adopt the ones newer than what we have."""
         async with self._db.connection() as conn:
             rows = await repo.list_breakers(conn)
-        for row in rows:
-            self._adopt(dict(row))
+        for published in rows:
+            self._adopt(published)
 
     # -- internals ----------------------------------------------------------------------
 
@@ -148,22 +149,18 @@ class BreakerRegistry:
             # change publishes again.
             logger.warning("could not publish breaker state of %s", snapshot.name, exc_info=True)
 
-    def _adopt(self, published: dict[str, Any]) -> None:
-        name = str(published["agent_name"])
-        version = int(published["version"])
+    def _adopt(self, published: PublishedBreaker) -> None:
+        name, version = published.agent_name, published.version
         if version <= self._versions.get(name, 0):
             return
         self._versions[name] = version
-        if published.get("updated_by") == self.replica_id:
+        if published.updated_by == self.replica_id:
             return
-        opened_at = published.get("opened_at")
-        if isinstance(opened_at, str):
-            opened_at = datetime.fromisoformat(opened_at)
         snapshot = BreakerSnapshot(
             name=name,
-            state=published["state"],
-            failure_count=int(published["failure_count"]),
-            opened_at=opened_at,
+            state=published.state,
+            failure_count=published.failure_count,
+            opened_at=published.opened_at,
         )
         breaker = self._breakers.get(name)
         if breaker is None:
@@ -181,7 +178,7 @@ class BreakerRegistry:
 
     def _on_notify(self, _conn: Any, _pid: int, _channel: str, payload: object) -> None:
         try:
-            self._adopt(orjson.loads(str(payload)))
+            self._adopt(_NOTIFICATION(str(payload)))
         except Exception:
             logger.warning("ignored a malformed breaker notification", exc_info=True)
 

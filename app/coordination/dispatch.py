@@ -7,8 +7,8 @@ from __future__ import annotations
 import asyncio
 import random
 import time
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import httpx
 import orjson
@@ -16,9 +16,12 @@ from pydantic import ValidationError
 
 from app.common.jsonbody import decode_json
 from app.coordination.breaker import AsyncCircuitBreaker, BreakerOpen
-from app.coordination.schemas import AgentResponse, RoutingAgent
+from app.coordination.intents import DetectedIntent
+from app.coordination.schemas import AgentRequest, AgentResponse, RoutingAgent
 from app.errors import BadRequest, ValidationFailed
 from app.outbound.policy import OutboundRefused
+from app.sessions.schemas import Session
+from app.tracing import outbound_headers
 
 
 class AgentCallFailed(Exception):
@@ -69,7 +72,7 @@ class AgentClient:
         self._retry = retry or RetryPolicy()
 
     async def call(
-        self, agent: RoutingAgent, breaker: AsyncCircuitBreaker, request: dict[str, Any]
+        self, agent: RoutingAgent, breaker: AsyncCircuitBreaker, request: AgentRequest
     ) -> CallResult:
         """Call ``agent`` until it answers, fails for good, its circuit opens or time is up."""
         started = time.monotonic()
@@ -108,12 +111,14 @@ class AgentClient:
             await asyncio.sleep(pause)
         return CallResult(None, attempts, error, _ms_since(started))
 
-    async def _post(self, url: str, request: dict[str, Any]) -> AgentResponse:
+    async def _post(self, url: str, request: AgentRequest) -> AgentResponse:
         try:
             reply = await self._http.post(
                 url,
                 content=orjson.dumps(request),
-                headers={"content-type": "application/json", "accept": "application/json"},
+                headers=outbound_headers(
+                    {"content-type": "application/json", "accept": "application/json"}
+                ),
             )
         except OutboundRefused as refused:
             raise AgentCallFailed(str(refused), retryable=False) from refused
@@ -143,6 +148,61 @@ class AgentClient:
                 retryable=bool(details and details.retryable),
             )
         return response
+
+
+def agent_request(
+    agent: RoutingAgent,
+    session: Session,
+    text: str,
+    intent: DetectedIntent,
+    secondaries: Sequence[DetectedIntent],
+    context_flags: list[str],
+    request_id: str,
+) -> AgentRequest:
+    """What ``agent`` is sent to handle ``intent`` of a message: the intent and its clause,
+    the other intents found, and the session as the API shows it."""
+    return AgentRequest(
+        agent_name=agent.name,
+        request_id=request_id,
+        user_id=str(session.user_id),
+        session_id=str(session.session_id),
+        input_data={
+            "message": text,
+            "intent": intent.intent,
+            "clause": intent.clause,
+            "secondary_intents": [i.intent for i in secondaries],
+        },
+        context={
+            "session_type": session.session_type,
+            "session_state": session.session_state,
+            "current_agent": session.current_agent,
+            "progress_percentage": session.progress_percentage,
+            "context_flags": context_flags,
+        },
+        priority=intent.score,
+        timeout_ms=agent.timeout_ms,
+    )
+
+
+def classifier_request(
+    classifier: RoutingAgent,
+    session: Session | None,
+    text: str,
+    intents: Iterable[str],
+    context_flags: list[str],
+    request_id: str,
+) -> AgentRequest:
+    """What the AI classifier is sent: the message and the intents it may name."""
+    return AgentRequest(
+        agent_name=classifier.name,
+        request_id=request_id,
+        user_id=str(session.user_id) if session else None,
+        session_id=str(session.session_id) if session else None,
+        input_data={"message": text, "intents": sorted(intents)},
+        context={"context_flags": context_flags},
+        priority=0,
+        timeout_ms=classifier.timeout_ms,
+    )
 
 
 def _ms_since(started: float) -> int:

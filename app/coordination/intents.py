@@ -100,6 +100,10 @@ class IntentRules:
     def __post_init__(self) -> None:
         object.__setattr__(self, "_compiled", _compile(self))
 
+    def weight(self, intent: str) -> int:
+        """The intent's base weight; ``default_weight`` for an intent without one."""
+        return self.base_weights.get(intent, self.default_weight)
+
 
 @dataclass(frozen=True, slots=True)
 class DetectedIntent:
@@ -194,6 +198,30 @@ def detect_intents(
         matched = tuple(map(compiled.phrases[intent].__getitem__, sorted(ranks)))
         detected.append(score_intent(rules, intent, clause, position, matched, cues | flags))
     return detected
+
+
+def classifier_intents(
+    output: object, message: str, rules: IntentRules, context_flags: Iterable[str] = ()
+) -> list[DetectedIntent] | None:
+    """The intents an AI classifier named in its ``output_data`` (``{"intents": [name or
+    {"intent", "clause"}, ...]}``), scored by the rules like detected ones: base weight plus
+    the modifiers the flags and the clause's cues apply. Unknown names are dropped, the
+    first mention of a name counts; None when nothing usable is left."""
+    raw = output.get("intents") if isinstance(output, dict) else None
+    if not isinstance(raw, list) or not raw:
+        return None
+    flags = tuple(context_flags)
+    found: dict[str, DetectedIntent] = {}
+    for position, item in enumerate(raw):
+        name = item.get("intent") if isinstance(item, dict) else item
+        if not isinstance(name, str) or name not in rules.base_weights or name in found:
+            continue
+        clause = item.get("clause") if isinstance(item, dict) else None
+        clause = clause if isinstance(clause, str) and clause.strip() else message
+        # The cues (and flags) the keyword rules see in the clause apply to what it names.
+        cues = {m for seen in detect_intents(clause, rules, flags) for m in seen.modifiers}
+        found[name] = score_intent(rules, name, clause.strip(), position, ("classifier",), cues)
+    return list(found.values()) or None
 
 
 def with_agent_availability(
@@ -293,7 +321,7 @@ def score_intent(
 ) -> DetectedIntent:
     """The seed's calculateIntentPriority: base (or default) weight + modifier points, capped
     (and never below 0: a modifier may take points away, as agent_unavailable does)."""
-    base = rules.base_weights.get(intent, rules.default_weight)
+    base = rules.weight(intent)
     applied = tuple(sorted(modifiers))
     score = min(base + sum(map(rules.modifiers.__getitem__, applied)), rules.score_cap)
     score = max(score, 0)

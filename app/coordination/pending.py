@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
+from app.coordination.intents import DetectedIntent, IntentRules, Prioritization
 from app.sessions.schemas import MAX_PENDING_ACTIONS, PendingAction
 from app.sessions.state import clip, evolve
 
@@ -45,6 +46,21 @@ def claim_next(
     index, action = max(waiting, key=lambda item: (item[1].priority_score, -item[0]))
     claimed = evolve(action, id=action.id or new_id(), status="in_progress", claimed_at=now)
     return [*actions[:index], claimed, *actions[index + 1 :]], claimed
+
+
+def as_prioritization(action: PendingAction, text: str, rules: IntentRules) -> Prioritization:
+    """A claimed action as the turn's only intent: its type, with the priority it was
+    queued with (not scored again), routed like any message's primary intent."""
+    queued = DetectedIntent(
+        intent=action.type,
+        clause=text,
+        position=0,
+        matched=("pending_action",),
+        base_weight=rules.weight(action.type),
+        modifiers=(),
+        score=action.priority_score,
+    )
+    return Prioritization(intents=(queued,), primary=queued, secondaries=(), clarification=None)
 
 
 def settle_claim(

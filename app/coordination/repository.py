@@ -3,59 +3,41 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
 from uuid import UUID
 
-import asyncpg
+import msgspec
 
 from app.coordination.fallbacks import FallbackData, Lesson
-from app.coordination.schemas import Decision, IntentModifier, IntentType, RoutingAgent
+from app.coordination.schemas import (
+    Decision,
+    IntentModifier,
+    IntentType,
+    PublishedBreaker,
+    RoutingAgent,
+    RuleData,
+)
 from app.db.pool import Connection
 from app.db.queries import QUERIES
 
 Q = QUERIES.coordination
 
 
-async def intent_rule_data(conn: Connection) -> dict[str, Any]:
-    """Weights, keywords, modifier points and cues, as plain mappings."""
+async def intent_rule_data(conn: Connection) -> RuleData:
+    """Weights, keywords, modifier points and cues."""
     row = await conn.fetchrow(Q.intent_rules)
     if row is None:  # a SELECT without FROM always returns one row
         raise RuntimeError("intent_rules returned no row")
-    return dict(row)
+    return msgspec.convert(dict(row), RuleData)
 
 
 async def routing_agents(conn: Connection) -> list[RoutingAgent]:
     """Every agent with its routing settings."""
-    return [
-        RoutingAgent(
-            name=row["name"],
-            roles=list(row["roles"]),
-            url=row["url"],
-            timeout_ms=row["timeout_ms"],
-            retry_attempts=row["retry_attempts"],
-            fallback_strategy=row["fallback_strategy"],
-            intents=list(row["intents"]),
-            skills=row["skills"],
-            enabled=row["enabled"],
-            fail_max=row["fail_max"],
-            reset_timeout_ms=row["reset_timeout_ms"],
-        )
-        for row in await conn.fetch(Q.routing_agents)
-    ]
+    return [msgspec.convert(dict(row), RoutingAgent) for row in await conn.fetch(Q.routing_agents)]
 
 
 async def list_intent_types(conn: Connection) -> list[IntentType]:
     """Intent types with their keywords, heaviest first."""
-    return [
-        IntentType(
-            name=row["name"],
-            base_weight=row["base_weight"],
-            description=row["description"],
-            keywords=list(row["keywords"]),
-            updated_at=row["updated_at"],
-        )
-        for row in await conn.fetch(Q.list_intent_types)
-    ]
+    return [msgspec.convert(dict(row), IntentType) for row in await conn.fetch(Q.list_intent_types)]
 
 
 async def put_intent_type(
@@ -75,12 +57,7 @@ async def put_intent_type(
 async def list_intent_modifiers(conn: Connection) -> list[IntentModifier]:
     """Context modifiers with their cues."""
     return [
-        IntentModifier(
-            name=row["name"],
-            points=row["points"],
-            description=row["description"],
-            cues=list(row["cues"]),
-        )
+        msgspec.convert(dict(row), IntentModifier)
         for row in await conn.fetch(Q.list_intent_modifiers)
     ]
 
@@ -111,9 +88,11 @@ async def fallback_data(conn: Connection) -> FallbackData:
     return FallbackData(templates=templates, lessons=lessons)
 
 
-async def list_breakers(conn: Connection) -> list[asyncpg.Record]:
+async def list_breakers(conn: Connection) -> list[PublishedBreaker]:
     """Every published breaker state."""
-    return list(await conn.fetch(Q.list_breakers))
+    return [
+        msgspec.convert(dict(row), PublishedBreaker) for row in await conn.fetch(Q.list_breakers)
+    ]
 
 
 async def save_breaker(
@@ -137,28 +116,4 @@ async def list_decisions(
 ) -> list[Decision]:
     """A page of a session's decisions, newest first."""
     rows = await conn.fetch(Q.list_decisions, session_id, before[0], before[1], limit)
-    return [
-        Decision(
-            decision_id=row["decision_id"],
-            session_id=row["session_id"],
-            session_version=row["session_version"],
-            message=row["message"],
-            context_flags=list(row["context_flags"]),
-            classifier=row["classifier"],
-            intents=row["intents"],
-            primary_intent=row["primary_intent"],
-            chosen_agent=row["chosen_agent"],
-            routed_by=row["routed_by"],
-            breaker_state=row["breaker_state"],
-            outcome=row["outcome"],
-            fallback=row["fallback"],
-            degraded=row["degraded"],
-            attempts=row["attempts"],
-            error=row["error"],
-            response=row["response"],
-            execution_time_ms=row["execution_time_ms"],
-            created_by=row["created_by"],
-            created_at=row["created_at"],
-        )
-        for row in rows
-    ]
+    return [msgspec.convert(dict(row), Decision) for row in rows]

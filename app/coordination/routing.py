@@ -4,7 +4,7 @@ registry (``RoutingAgent``) and the breaker states, no I/O."""
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from app.coordination.intents import DetectedIntent
@@ -19,6 +19,16 @@ class Route:
 
     agent: RoutingAgent
     routed_by: str
+
+
+@dataclass(frozen=True, slots=True)
+class Handoff:
+    """Where a direct_agent_routing fallback passes a message: the agent, the intent it
+    takes, and the other intents found on the way (queued)."""
+
+    agent: RoutingAgent
+    intent: DetectedIntent
+    others: tuple[DetectedIntent, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +62,38 @@ def route(
         return Route(by_skill, "skill")
     default = next((a for a in agents if a.name == policy.default_agent and a.enabled), None)
     return Route(default, "default") if default else None
+
+
+def classifier_agent(agents: Sequence[RoutingAgent], policy: RoutingPolicy) -> RoutingAgent | None:
+    """The AI classifier, when it is registered, enabled and has a url to be called at."""
+    return next(
+        (a for a in agents if a.name == policy.classifier_agent and a.enabled and a.url), None
+    )
+
+
+def handoff(
+    failed: RoutingAgent,
+    taken: Iterable[str],
+    ranked: Sequence[DetectedIntent],
+    agents: Sequence[RoutingAgent],
+    policy: RoutingPolicy,
+) -> Handoff | None:
+    """Where ``direct_agent_routing`` passes a request the failed agent (the orchestrator)
+    could not route: the first of the ``ranked`` intents (what the keyword rules find, in
+    priority order) whose route is another agent, one that does not route onward itself (no
+    chains). The intents found after it that matched a keyword and are not ``taken`` (the
+    failed turn's own, already queued) go with it, to be queued. None: nobody to pass to."""
+    for index, candidate in enumerate(ranked):
+        target = route(candidate, agents, policy)
+        if (
+            target is not None
+            and target.agent.name != failed.name
+            and target.agent.fallback_strategy != "direct_agent_routing"
+        ):
+            skip = set(taken)
+            others = tuple(o for o in ranked[index + 1 :] if o.intent not in skip and o.matched)
+            return Handoff(target.agent, candidate, others)
+    return None
 
 
 def serving_agent(intent: str, agents: Sequence[RoutingAgent]) -> RoutingAgent | None:

@@ -8,10 +8,12 @@ from functools import partial
 from typing import Annotated, Any, Literal
 from uuid import UUID
 
+import msgspec
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
 
 from app.common.validation import MAX_JSON_DEPTH, reject_deep_json
-from app.coordination.intents import SERVER_MODIFIERS
+from app.coordination.breaker import BreakerState
+from app.coordination.intents import SERVER_MODIFIERS, IntentRules
 
 
 def _not_server_only(flag: str) -> str:
@@ -81,6 +83,21 @@ class BreakerCommand(BaseModel):
 # -- the seed's AgentCommunicationProtocol ----------------------------------------------
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AgentRequest:
+    """What an agent (or the AI classifier) is sent: the seed's request format.
+    ``input_data`` and ``context`` are the protocol's free-form objects."""
+
+    agent_name: str
+    request_id: str
+    user_id: str | None
+    session_id: str | None
+    input_data: dict[str, Any]
+    context: dict[str, Any]
+    priority: int
+    timeout_ms: int
+
+
 class MemoryUpdate(BaseModel):
     """A memory an agent asks Switchboard to store (same rules as POST /v1/memories)."""
 
@@ -127,9 +144,8 @@ class AgentResponse(BaseModel):
 # -- results ------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class IntentView:
-    """One detected intent as the API shows it."""
+class DecidedIntent(msgspec.Struct, frozen=True):
+    """One detected intent as a decision records it: what was found, where, its score."""
 
     intent: str
     clause: str
@@ -138,6 +154,11 @@ class IntentView:
     base_weight: int
     modifiers: list[str]
     score: int
+
+
+class IntentView(DecidedIntent, frozen=True):
+    """One detected intent as the API shows it, with the agent that serves it."""
+
     agent: str | None
 
 
@@ -196,17 +217,43 @@ class MessageResult:
     execution_time_ms: int
 
 
-@dataclass(frozen=True, slots=True)
-class Decision:
-    """One stored coordination decision."""
+class RoutedTo(msgspec.Struct, frozen=True):
+    """Where a direct_agent_routing fallback passed the message, and how that call went."""
 
-    decision_id: UUID
+    agent: str
+    intent: str
+    outcome: str
+    fallback: str | None
+    attempts: int
+    error: str | None
+    breaker_state: str
+
+
+class DecisionResponse(msgspec.Struct, frozen=True):
+    """What the user was answered."""
+
+    text: str
+    output_data: Any
+    next_agent_suggestions: list[str]
+    # Decisions recorded before direct routing passed messages on have none.
+    routed_to: RoutedTo | None = None
+
+
+class DecisionRecord(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """What the coordinator decided for one message and what came of it: built once per
+    turn, stored by the statement that writes the session change it caused.
+
+    ``decision_id``, ``session_version`` and ``created_at`` are the database's to fill in
+    when it stores the record (None until then); they are declared here so that a stored
+    ``Decision`` lists its fields in the table's order."""
+
+    decision_id: UUID | None = None
     session_id: UUID
-    session_version: int | None
+    session_version: int | None = None
     message: str
     context_flags: list[str]
     classifier: str
-    intents: Any
+    intents: list[DecidedIntent]
     primary_intent: str | None
     chosen_agent: str | None
     routed_by: str | None
@@ -216,9 +263,17 @@ class Decision:
     degraded: bool
     attempts: int
     error: str | None
-    response: Any
+    response: DecisionResponse
     execution_time_ms: int
     created_by: str
+    created_at: datetime | None = None
+
+
+class Decision(DecisionRecord, frozen=True, kw_only=True, omit_defaults=False):
+    """One stored coordination decision (a row of ``coordination_decisions``)."""
+
+    decision_id: UUID
+    session_version: int | None
     created_at: datetime
 
 
@@ -228,6 +283,37 @@ class DecisionPage:
 
     items: list[Decision]
     next_cursor: str | None
+
+
+class RuleData(msgspec.Struct, frozen=True):
+    """The intent rules as stored: weights, keywords, modifier points and cues."""
+
+    weights: dict[str, int]
+    keywords: dict[str, list[str]]
+    modifiers: dict[str, int]
+    cues: dict[str, list[str]]
+
+    def rules(self, intent_agents: dict[str, str]) -> IntentRules:
+        """The rules the intent engine runs on, with the agents serving each intent."""
+        return IntentRules(
+            base_weights=self.weights,
+            keywords=self.keywords,
+            modifiers=self.modifiers,
+            cues=self.cues,
+            intent_agents=intent_agents,
+        )
+
+
+class PublishedBreaker(msgspec.Struct, frozen=True):
+    """A breaker state as one replica published it (a row of ``agent_breakers``, or the
+    NOTIFY that announced it)."""
+
+    agent_name: str
+    state: BreakerState
+    failure_count: int
+    version: int
+    opened_at: datetime | None = None
+    updated_by: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,6 +1,14 @@
 """The coordinator: message -> intents -> priority -> agent -> breaker or fallback ->
 memory updates -> session update and decision record. The API, the n8n webhooks and the
-pending-action queue all come through here."""
+pending-action queue all come through here.
+
+The service orchestrates; the rules live in modules of their own: ``intents`` (detection,
+scoring, ranking), ``context`` (the session's own flags), ``routing`` (which agent, and
+where a failed orchestrator passes a request), ``dispatch`` (calling an agent),
+``fallbacks`` (answering without it), ``memory_updates``, ``outcome`` (the decision, the
+session turn and the answer, made of what happened), ``turn`` (the session update) and
+``pending`` (the queue).
+"""
 
 from __future__ import annotations
 
@@ -8,7 +16,6 @@ import time
 import uuid
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any
 from uuid import UUID
 
 from app.auth.principal import Principal
@@ -16,7 +23,8 @@ from app.clock import Clock
 from app.common.pagination import FIRST_PAGE, cut_page, decode_time_id_cursor
 from app.coordination import repository as repo
 from app.coordination.breakers import BreakerRegistry
-from app.coordination.dispatch import AgentClient, CallResult
+from app.coordination.context import session_flags
+from app.coordination.dispatch import AgentClient, agent_request, classifier_request
 from app.coordination.fallbacks import (
     FallbackContext,
     FallbackData,
@@ -27,80 +35,63 @@ from app.coordination.intents import (
     DetectedIntent,
     IntentRules,
     Prioritization,
+    classifier_intents,
     detect_intents,
     prioritize,
-    score_intent,
     with_agent_availability,
 )
-from app.coordination.pending import claim_next
-from app.coordination.routing import Route, RoutingPolicy, intent_agents
-from app.coordination.routing import route as route_intent
+from app.coordination.memory_updates import apply_memory_updates
+from app.coordination.outcome import AgentStep, TurnOutcome, clarification_view, intent_view
+from app.coordination.pending import as_prioritization, claim_next
+from app.coordination.routing import (
+    Handoff,
+    Route,
+    RoutingPolicy,
+    classifier_agent,
+    handoff,
+    intent_agents,
+    route,
+)
 from app.coordination.schemas import (
-    AgentResponse,
     Analysis,
     AnalyzeRequest,
     BreakerView,
-    ClarificationView,
     DecisionPage,
     IntentModifier,
     IntentType,
     IntentTypeWrite,
-    IntentView,
     MemoryUpdateOutcome,
     MessageRequest,
     MessageResult,
     ModifierWrite,
     RoutingAgent,
+    RuleData,
 )
-from app.coordination.turn import Turn, TurnStep, apply_turn
+from app.coordination.turn import apply_turn
 from app.db.pool import Database
-from app.errors import Conflict, NotFound, SwitchboardError
-from app.memories.schemas import Memory, MemoryUpsert, MemoryWrite
+from app.errors import Conflict, NotFound
+from app.memories.schemas import Memory
 from app.memories.service import MemoryService
 from app.sessions.schemas import PendingAction, Session, SessionContent
 from app.sessions.service import SessionService
 from app.sessions.state import content_of, evolve
 from app.settings import CoordinationSettings
 
-_CRITICAL_PRIORITIES = frozenset({"high", "urgent"})
 # Where fallbacks look for what the user told us about their finances, and how much of it.
 PROFILE_CATEGORY = "user_profile"
 PROFILE_READ_LIMIT = 50
 
 
-def _view(intent: DetectedIntent, rules: IntentRules) -> IntentView:
-    return IntentView(
-        intent=intent.intent,
-        clause=intent.clause,
-        position=intent.position,
-        matched=list(intent.matched),
-        base_weight=intent.base_weight,
-        modifiers=list(intent.modifiers),
-        score=intent.score,
-        agent=rules.intent_agents.get(intent.intent),
-    )
+@dataclass(frozen=True, slots=True)
+class _Message:
+    """One message (or queued action) being coordinated: what each step of it reads."""
 
-
-def session_flags(session: Session) -> set[str]:
-    """Context modifiers that follow from the session itself."""
-    flags: set[str] = set()
-    if session.session_state.get("active_process"):
-        flags.add("session_in_progress")
-        if session.progress_percentage < 100 and session.priority in _CRITICAL_PRIORITIES:
-            flags.add("incomplete_critical_process")
-    return flags
-
-
-def response_text(output: Any) -> str:
-    """The user-facing text in an agent's output_data."""
-    if isinstance(output, str):
-        return output
-    if isinstance(output, dict):
-        for key in ("response", "message", "text", "answer"):
-            value = output.get(key)
-            if isinstance(value, str) and value:
-                return value
-    return "Done."
+    session: Session
+    text: str
+    flags: list[str]
+    principal: Principal
+    rules: IntentRules
+    agents: list[RoutingAgent]
 
 
 class CoordinationService:
@@ -127,7 +118,7 @@ class CoordinationService:
             default_agent=settings.default_agent, classifier_agent=settings.classifier_agent
         )
         self._rules: IntentRules | None = None
-        self._rules_data: dict[str, Any] = {}
+        self._rule_data = RuleData(weights={}, keywords={}, modifiers={}, cues={})
         self._fallback_data = FallbackData(templates={}, lessons=())
         self._rules_loaded_at = 0.0
 
@@ -141,17 +132,17 @@ class CoordinationService:
         rules, agents = await self._load()
         intents, classifier = await self._classify(data.message, sorted(flags), rules, agents, None)
         prio = self._prioritize(intents, rules, agents)
-        found = self._route(prio.primary, agents) if prio.primary is not None else None
+        found = route(prio.primary, agents, self._policy) if prio.primary is not None else None
         agent = found.agent.name if found else None
         routed_by = found.routed_by if found else None
         snapshot = self._breakers.peek(agent) if agent else None
         return Analysis(
             classifier=classifier,
             context_flags=sorted(flags),
-            intents=[_view(i, rules) for i in prio.intents],
-            primary=_view(prio.primary, rules) if prio.primary else None,
-            secondaries=[_view(i, rules) for i in prio.secondaries],
-            clarification=self._clarification_view(prio),
+            intents=[intent_view(i, rules) for i in prio.intents],
+            primary=intent_view(prio.primary, rules) if prio.primary else None,
+            secondaries=[intent_view(i, rules) for i in prio.secondaries],
+            clarification=clarification_view(prio),
             agent=agent,
             routed_by=routed_by,
             breaker_state=snapshot.state if snapshot else ("closed" if agent else None),
@@ -176,9 +167,7 @@ class CoordinationService:
         def claim(current: Session, now: datetime) -> tuple[SessionContent, str]:
             base = content_of(current)
             stale_before = now - self._settings.pending_claim_timeout
-            found = claim_next(
-                base.session_state.pending_actions, now, stale_before, lambda: str(uuid.uuid4())
-            )
+            found = claim_next(base.session_state.pending_actions, now, stale_before, _new_id)
             if found is None:
                 raise Conflict(f"Session {session_id} has no pending actions waiting.")
             queue, action = found
@@ -266,6 +255,8 @@ class CoordinationService:
         principal: Principal,
         pending: PendingAction | None,
     ) -> MessageResult:
+        """Classify and rank (or take the claimed action), route, run the agent or its
+        fallback, then write the session change and its decision with one statement."""
         started = time.monotonic()
         content_of(session)  # a session that cannot be written is refused before any work
         rules, agents = await self._load()
@@ -274,109 +265,14 @@ class CoordinationService:
             intents, classifier = await self._classify(text, flags, rules, agents, session)
             prio = self._prioritize(intents, rules, agents)
         else:
-            forced = DetectedIntent(
-                intent=pending.type,
-                clause=text,
-                position=0,
-                matched=("pending_action",),
-                base_weight=rules.base_weights.get(pending.type, rules.default_weight),
-                modifiers=(),
-                score=pending.priority_score,
-            )
-            classifier = "pending_action"
-            prio = Prioritization(
-                intents=(forced,), primary=forced, secondaries=(), clarification=None
-            )
-
-        primary = prio.primary
-        route = self._route(primary, agents) if primary is not None else None
-        steps: list[_AgentStep] = []
-        if route is not None and primary is not None:
-            first = await self._run_agent(
-                route.agent, session, text, primary, prio.secondaries, flags, principal, agents
-            )
-            steps.append(first)
-            if first.routed is not None:
-                # The orchestrator's fallback passes the request on for real: the specialist
-                # is called through its own breaker, and its answer (or its own fallback)
-                # is what the user gets after the routing note.
-                handoff = first.routed
-                steps.append(
-                    await self._run_agent(
-                        handoff.agent, session, text, handoff.intent, (), flags, principal, agents
-                    )
-                )
-
-        if prio.clarification is not None:
-            reply = prio.clarification.question
-        elif steps:
-            reply = " ".join(step.reply for step in steps)
-        else:
-            reply = "No agent is available for this request."
-        first_step = steps[0] if steps else None
-        last_step = steps[-1] if steps else None
-        fallback = first_step.fallback if first_step else None
-        response = last_step.response if last_step else None
-        output_data = (
-            response.output_data
-            if response
-            else (last_step.fallback.data if last_step and last_step.fallback else None)
-        )
-        suggestions = response.next_agent_suggestions if response else []
-        routed_to = steps[1].agent.name if len(steps) > 1 else None
-        outcome = (
-            "clarification" if prio.clarification else "agent" if fallback is None else "fallback"
-        )
-        decision: dict[str, Any] = {
-            "session_id": session.session_id,
-            "message": text,
-            "context_flags": flags,
-            "classifier": classifier,
-            "intents": [_intent_json(i) for i in prio.intents],
-            "primary_intent": primary.intent if primary else None,
-            "chosen_agent": route.agent.name if route else None,
-            "routed_by": route.routed_by if route else None,
-            "breaker_state": first_step.breaker_state if first_step else None,
-            "outcome": outcome,
-            "fallback": fallback.strategy if fallback else None,
-            "degraded": fallback is not None,
-            "attempts": first_step.call.attempts if first_step else 0,
-            "error": first_step.call.error if first_step else None,
-            "response": {
-                "text": reply,
-                "output_data": output_data,
-                "next_agent_suggestions": suggestions,
-                "routed_to": _routed_json(steps[1]) if routed_to else None,
-            },
-            "execution_time_ms": int((time.monotonic() - started) * 1000),
-            "created_by": principal.name,
-        }
-
-        known = {a.name for a in agents}
-        # What the routing found besides the intent it passed on waits in the queue.
-        secondaries = prio.secondaries + (
-            first_step.routed.others if first_step and first_step.routed else ()
-        )
-        requeue = None
-        if last_step is not None and last_step.fallback and last_step.fallback.pending_action:
-            requeue = evolve(
-                last_step.fallback.pending_action, priority_score=last_step.intent.score
-            )
-        turn = Turn(
-            primary=primary,
-            secondaries=secondaries,
-            clarification=prio.clarification is not None,
-            reply=reply,
-            steps=tuple(
-                step.as_turn_step(
-                    next_agent=steps[index + 1].agent.name if index + 1 < len(steps) else None,
-                    known=known,
-                )
-                for index, step in enumerate(steps)
-            ),
-            requeue=requeue,
-            pending=pending,
-        )
+            prio, classifier = as_prioritization(pending, text, rules), "pending_action"
+        found = route(prio.primary, agents, self._policy) if prio.primary is not None else None
+        outcome = TurnOutcome(flags, classifier, prio, found)
+        if found is not None:
+            msg = _Message(session, text, flags, principal, rules, agents)
+            outcome = replace(outcome, steps=await self._run(found, prio, msg))
+        decision = outcome.decision(session.session_id, text, principal.name, _ms_since(started))
+        turn = outcome.turn(pending, {a.name for a in agents})
 
         def mutate(current: Session, now: datetime) -> tuple[SessionContent, str]:
             return apply_turn(content_of(current), now, turn)
@@ -387,89 +283,49 @@ class CoordinationService:
         )
         if decision_id is None:  # the statement writes both or neither
             raise RuntimeError("The session was written without its decision.")
-        memory_outcome = MemoryUpdateOutcome(
-            applied=sum(step.memories.applied for step in steps),
-            rejected=[rejected for step in steps for rejected in step.memories.rejected],
-        )
-        return MessageResult(
-            decision_id=decision_id,
-            session_id=updated.session_id,
-            session_version=updated.version,
-            response=reply,
-            agent=route.agent.name if route else None,
-            degraded=fallback is not None,
-            fallback=fallback.strategy if fallback else None,
-            routed_to=routed_to,
-            intents=[_view(i, rules) for i in prio.intents],
-            clarification=self._clarification_view(prio),
-            pending_actions=updated.session_state.get("pending_actions", []),
-            progress_percentage=updated.progress_percentage,
-            output_data=output_data,
-            next_agent_suggestions=suggestions,
-            memory_updates=memory_outcome,
-            execution_time_ms=int((time.monotonic() - started) * 1000),
-        )
+        return outcome.result(updated, decision_id, rules, _ms_since(started))
+
+    async def _run(
+        self, found: Route, prio: Prioritization, msg: _Message
+    ) -> tuple[AgentStep, ...]:
+        """The routed agent's step and, when its fallback passes the request on, the step
+        of the agent it passes it to: called for real, through its own breaker, and its
+        answer (or its own fallback's) is what the user gets after the routing note."""
+        if prio.primary is None:
+            return ()
+        first = await self._run_agent(found.agent, prio.primary, prio.secondaries, msg)
+        if first.routed is None:
+            return (first,)
+        handed = first.routed
+        return (first, await self._run_agent(handed.agent, handed.intent, (), msg))
 
     async def _run_agent(
         self,
         agent: RoutingAgent,
-        session: Session,
-        text: str,
         intent: DetectedIntent,
         secondaries: tuple[DetectedIntent, ...],
-        flags: list[str],
-        principal: Principal,
-        agents: list[RoutingAgent],
-    ) -> _AgentStep:
+        msg: _Message,
+    ) -> AgentStep:
         """Call one agent through its breaker; its memory updates if it answered, else its
         rule-based fallback (for ``direct_agent_routing``, with the agent it passes to)."""
         breaker = self._breakers.breaker_for(agent)
-        call = await self._agents.call(
-            agent, breaker, self._request(agent, session, text, intent, secondaries, flags)
+        request = agent_request(
+            agent, msg.session, msg.text, intent, secondaries, msg.flags, _new_id()
         )
+        call = await self._agents.call(agent, breaker, request)
         state = breaker.snapshot().state
         if call.ok and call.response is not None:
-            memories = await self._apply_memory_updates(agent, session, call.response)
-            return _AgentStep(agent, intent, call, None, memories, state)
+            memories = await apply_memory_updates(self._memories, agent, msg.session, call.response)
+            return AgentStep(agent, intent, call, None, memories, state)
         routed = None
         if agent.fallback_strategy == "direct_agent_routing":
-            routed = self._direct_route_target(agent, intent, secondaries, text, flags, agents)
-        fallback = await self._fallback(agent, session, text, intent, principal, routed)
-        return _AgentStep(agent, intent, call, fallback, MemoryUpdateOutcome(), state, routed)
-
-    def _direct_route_target(
-        self,
-        failed: RoutingAgent,
-        intent: DetectedIntent,
-        secondaries: tuple[DetectedIntent, ...],
-        text: str,
-        flags: list[str],
-        agents: list[RoutingAgent],
-    ) -> _Handoff | None:
-        """Where ``direct_agent_routing`` passes a request the failed agent (the
-        orchestrator) could not route: the highest-priority intent the keyword rules find
-        whose route is another agent, one that does not route onward itself (no chains).
-        The other intents they find, not already queued, are queued. None: nobody to pass
-        it to."""
-        rules = self._rules
-        if rules is None:  # _load ran before any agent call of this message
-            return None
-        found = self._prioritize(detect_intents(text, rules, flags), rules, agents).intents
-        taken = {intent.intent, *(queued.intent for queued in secondaries)}
-        for index, candidate in enumerate(found):
-            target = self._route(candidate, agents)
-            if (
-                target is not None
-                and target.agent.name != failed.name
-                and target.agent.fallback_strategy != "direct_agent_routing"
-            ):
-                others = tuple(
-                    other
-                    for other in found[index + 1 :]
-                    if other.intent not in taken and other.matched
-                )
-                return _Handoff(target.agent, candidate, others)
-        return None
+            # What the keyword rules find, ranked, for the orchestrator that could not route.
+            found = detect_intents(msg.text, msg.rules, msg.flags)
+            ranked = self._prioritize(found, msg.rules, msg.agents).intents
+            taken = [intent.intent, *(queued.intent for queued in secondaries)]
+            routed = handoff(agent, taken, ranked, msg.agents, self._policy)
+        fallback = await self._fallback(agent, intent, routed, msg)
+        return AgentStep(agent, intent, call, fallback, MemoryUpdateOutcome(), state, routed)
 
     async def _classify(
         self,
@@ -480,36 +336,20 @@ class CoordinationService:
         session: Session | None,
     ) -> tuple[list[DetectedIntent], str]:
         """The AI classifier when configured and healthy, else the keyword rules."""
-        classifier = next(
-            (
-                a
-                for a in agents
-                if a.name == self._settings.classifier_agent and a.enabled and a.url
-            ),
-            None,
-        )
+        classifier = classifier_agent(agents, self._policy)
         if classifier is None:
             return detect_intents(text, rules, flags), "rules"
-        request = {
-            "agent_name": classifier.name,
-            "request_id": str(uuid.uuid4()),
-            "user_id": str(session.user_id) if session else None,
-            "session_id": str(session.session_id) if session else None,
-            "input_data": {"message": text, "intents": sorted(rules.base_weights)},
-            "context": {"context_flags": flags},
-            "priority": 0,
-            "timeout_ms": classifier.timeout_ms,
-        }
+        request = classifier_request(
+            classifier, session, text, rules.base_weights, flags, _new_id()
+        )
         call = await self._agents.call(classifier, self._breakers.breaker_for(classifier), request)
-        detected = _classifier_intents(call, text, flags, rules) if call.ok else None
+        output = call.response.output_data if call.ok and call.response else None
+        detected = classifier_intents(output, text, rules, flags)
         if detected:
             return detected, f"agent:{classifier.name}"
         return detect_intents(
             text, rules, flags
         ), "rules (classifier unavailable: keyword_based_intent_detection)"
-
-    def _route(self, intent: DetectedIntent, agents: list[RoutingAgent]) -> Route | None:
-        return route_intent(intent, agents, self._policy)
 
     def _prioritize(
         self, intents: list[DetectedIntent], rules: IntentRules, agents: list[RoutingAgent]
@@ -519,73 +359,36 @@ class CoordinationService:
         go first while it waits in the queue (the decision shows the modifier)."""
         down = set()
         for found in intents:
-            target = self._route(found, agents)
+            target = route(found, agents, self._policy)
             if target is not None and self._breakers.breaker_for(target.agent).refusing():
                 down.add(found.intent)
         ranked = with_agent_availability(intents, rules, down)
         return prioritize(ranked, rules, self._settings.clarification_margin)
 
-    def _request(
-        self,
-        agent: RoutingAgent,
-        session: Session,
-        text: str,
-        primary: DetectedIntent,
-        secondaries: tuple[DetectedIntent, ...],
-        flags: list[str],
-    ) -> dict[str, Any]:
-        return {
-            "agent_name": agent.name,
-            "request_id": str(uuid.uuid4()),
-            "user_id": str(session.user_id),
-            "session_id": str(session.session_id),
-            "input_data": {
-                "message": text,
-                "intent": primary.intent,
-                "clause": primary.clause,
-                "secondary_intents": [i.intent for i in secondaries],
-            },
-            "context": {
-                "session_type": session.session_type,
-                "session_state": session.session_state,
-                "current_agent": session.current_agent,
-                "progress_percentage": session.progress_percentage,
-                "context_flags": flags,
-            },
-            "priority": primary.score,
-            "timeout_ms": agent.timeout_ms,
-        }
-
     async def _fallback(
-        self,
-        agent: RoutingAgent,
-        session: Session,
-        text: str,
-        primary: DetectedIntent,
-        principal: Principal,
-        routed: _Handoff | None,
+        self, agent: RoutingAgent, intent: DetectedIntent, routed: Handoff | None, msg: _Message
     ) -> FallbackResult:
         """The failed agent's rule-based answer. What it reads of the user's memories, it
-        reads as ``principal`` (whoever sent the message and sees the answer)."""
+        reads as the message's principal (whoever sent it and sees the answer)."""
         strategy = agent.fallback_strategy or ""
 
         async def read_profile() -> list[Memory]:
             async with self._db.connection() as conn:
                 return await self._memories.read_user_category(
                     conn,
-                    session.user_id,
+                    msg.session.user_id,
                     PROFILE_CATEGORY,
-                    principal,
+                    msg.principal,
                     purpose=f"fallback:{strategy}",
                     limit=PROFILE_READ_LIMIT,
                 )
 
         ctx = FallbackContext(
             strategy=strategy,
-            text=text,
-            intent=primary.intent,
+            text=msg.text,
+            intent=intent.intent,
             failed_agent=agent.name,
-            user_id=session.user_id,
+            user_id=msg.session.user_id,
             now=self._clock.now(),
             read_profile=read_profile,
             routed_agent=routed.agent.name if routed else None,
@@ -593,55 +396,6 @@ class CoordinationService:
             lessons=self._fallback_data.lessons,
         )
         return await run_fallback(ctx, self._fallback_data.templates)
-
-    async def _apply_memory_updates(
-        self, agent: RoutingAgent, session: Session, response: AgentResponse
-    ) -> MemoryUpdateOutcome:
-        """Store what the agent asked to remember, under the agent's own access rules."""
-        if not response.memory_updates:
-            return MemoryUpdateOutcome()
-        principal = Principal(kind="agent", name=agent.name, roles=frozenset(agent.roles))
-        applied = 0
-        rejected: list[dict[str, Any]] = []
-        for index, update in enumerate(response.memory_updates):
-            session_id = session.session_id if update.scope == "session" else None
-            try:
-                if update.key is not None and update.category is not None:
-                    await self._memories.upsert_by_key(
-                        MemoryUpsert(
-                            user_id=session.user_id,
-                            session_id=session_id,
-                            category=update.category,
-                            key=update.key,
-                            memory_type=update.memory_type,
-                            content=update.content,
-                            access_level=update.access_level,
-                        ),
-                        None,
-                        False,
-                        principal,
-                    )
-                else:
-                    await self._memories.write(
-                        [
-                            MemoryWrite(
-                                user_id=session.user_id,
-                                session_id=session_id,
-                                memory_type=update.memory_type,
-                                category=update.category,
-                                key=update.key,
-                                content=update.content,
-                                access_level=update.access_level,
-                            )
-                        ],
-                        principal,
-                        batch=False,
-                    )
-                applied += 1
-            except (SwitchboardError, ValueError) as exc:
-                status = exc.status if isinstance(exc, SwitchboardError) else 422
-                rejected.append({"index": index, "status": status, "detail": str(exc)})
-        return MemoryUpdateOutcome(applied=applied, rejected=rejected)
 
     # -- helpers -----------------------------------------------------------------------
 
@@ -668,128 +422,18 @@ class CoordinationService:
             agents = await repo.routing_agents(conn)
             fresh = time.monotonic() - self._rules_loaded_at < self._settings.rules_cache_seconds
             if self._rules is None or not fresh:
-                data = await repo.intent_rule_data(conn)
-                self._rules_data = data
+                self._rule_data = await repo.intent_rule_data(conn)
                 self._fallback_data = await repo.fallback_data(conn)
                 self._rules_loaded_at = time.monotonic()
-            else:
-                data = self._rules_data
         serving = intent_agents(agents)
         if self._rules is None or not fresh or self._rules.intent_agents != serving:
-            self._rules = IntentRules(
-                base_weights=data["weights"],
-                keywords=data["keywords"],
-                modifiers=data["modifiers"],
-                cues=data["cues"],
-                intent_agents=serving,
-            )
+            self._rules = self._rule_data.rules(serving)
         return self._rules, agents
 
-    @staticmethod
-    def _clarification_view(prio: Prioritization) -> ClarificationView | None:
-        if prio.clarification is None:
-            return None
-        return ClarificationView(
-            question=prio.clarification.question,
-            options=[i.intent for i in prio.clarification.options],
-        )
+
+def _ms_since(started: float) -> int:
+    return int((time.monotonic() - started) * 1000)
 
 
-@dataclass(frozen=True, slots=True)
-class _Handoff:
-    """Where a direct_agent_routing fallback passes a message: the agent, the intent it
-    takes, and the other intents found on the way (queued)."""
-
-    agent: RoutingAgent
-    intent: DetectedIntent
-    others: tuple[DetectedIntent, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class _AgentStep:
-    """One agent call of a turn and what came of it."""
-
-    agent: RoutingAgent
-    intent: DetectedIntent
-    call: CallResult
-    fallback: FallbackResult | None
-    memories: MemoryUpdateOutcome
-    breaker_state: str
-    # Where a direct_agent_routing fallback passes the request.
-    routed: _Handoff | None = None
-
-    @property
-    def response(self) -> AgentResponse | None:
-        """The agent's answer, if it gave one."""
-        return self.call.response if self.call.ok else None
-
-    @property
-    def reply(self) -> str:
-        """What the user reads of this step."""
-        if self.response is not None:
-            return response_text(self.response.output_data)
-        return self.fallback.text if self.fallback else ""
-
-    def as_turn_step(self, *, next_agent: str | None, known: set[str]) -> TurnStep:
-        """This step as the session records it. The next agent is the one the turn passed
-        to, else the first registered agent the answer suggested (the answer itself shows
-        every suggestion)."""
-        response = self.response
-        if next_agent is None and response is not None:
-            next_agent = next((n for n in response.next_agent_suggestions if n in known), None)
-        return TurnStep(
-            agent=self.agent.name,
-            answered=response is not None,
-            reply=self.reply,
-            output_data=response.output_data if response else None,
-            next_agent=next_agent,
-            fallback=self.fallback.strategy if self.fallback else None,
-        )
-
-
-def _routed_json(step: _AgentStep) -> dict[str, Any]:
-    """The decision's record of where direct_agent_routing passed a message."""
-    return {
-        "agent": step.agent.name,
-        "intent": step.intent.intent,
-        "outcome": "agent" if step.response is not None else "fallback",
-        "fallback": step.fallback.strategy if step.fallback else None,
-        "attempts": step.call.attempts,
-        "error": step.call.error,
-        "breaker_state": step.breaker_state,
-    }
-
-
-def _intent_json(intent: DetectedIntent) -> dict[str, Any]:
-    return {
-        "intent": intent.intent,
-        "clause": intent.clause,
-        "position": intent.position,
-        "matched": list(intent.matched),
-        "base_weight": intent.base_weight,
-        "modifiers": list(intent.modifiers),
-        "score": intent.score,
-    }
-
-
-def _classifier_intents(
-    call: CallResult, text: str, flags: list[str], rules: IntentRules
-) -> list[DetectedIntent] | None:
-    """Intents an AI classifier returned, scored by our rules; None if unusable."""
-    output = call.response.output_data if call.response else None
-    raw = output.get("intents") if isinstance(output, dict) else None
-    if not isinstance(raw, list) or not raw:
-        return None
-    detected: list[DetectedIntent] = []
-    for position, item in enumerate(raw):
-        name = item.get("intent") if isinstance(item, dict) else item
-        if not isinstance(name, str) or name not in rules.base_weights:
-            continue
-        clause = item.get("clause") if isinstance(item, dict) else None
-        clause = clause if isinstance(clause, str) and clause.strip() else text
-        cues = {m for found in detect_intents(clause, rules, flags) for m in found.modifiers}
-        detected.append(score_intent(rules, name, clause.strip(), position, ("classifier",), cues))
-    unique: dict[str, DetectedIntent] = {}
-    for found in detected:
-        unique.setdefault(found.intent, found)
-    return list(unique.values()) or None
+def _new_id() -> str:
+    return str(uuid.uuid4())

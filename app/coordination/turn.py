@@ -15,13 +15,8 @@ from uuid import uuid4
 
 from app.coordination.intents import DetectedIntent
 from app.coordination.pending import NewId, enqueue, settle_claim
-from app.sessions.schemas import (
-    SHORT_TEXT_MAX,
-    AgentExecution,
-    PendingAction,
-    SessionContent,
-)
-from app.sessions.state import clip, close_current_execution, evolve, next_execution_order
+from app.sessions.schemas import SHORT_TEXT_MAX, PendingAction, SessionContent
+from app.sessions.state import append_execution, clip, close_current_execution, evolve
 
 # How much of the reply an agent-sequence step keeps as its summary.
 OUTPUT_SUMMARY_CHARS = 500
@@ -82,16 +77,15 @@ def apply_turn(
         sequence = close_current_execution(
             sequence, now=now, outcome="completed", output_summary=None, next_agent=step.agent
         )
-        execution = AgentExecution(
-            agent_name=step.agent,
-            execution_order=next_execution_order(sequence),
+        sequence = append_execution(
+            sequence,
+            step.agent,
             status="completed" if step.answered else "failed",
             start_time=now,
             completion_time=now,
             output_summary=clip(step.reply, OUTPUT_SUMMARY_CHARS),
             next_agent=step.next_agent,
         )
-        sequence = [*sequence, execution]
         current_agent = step.agent
 
     content = replace(

@@ -32,6 +32,7 @@ from app.errors import NotFound
 from app.maintenance import repository as repo
 from app.outbound.policy import OutboundPolicy, OutboundRefused
 from app.settings import SchedulerSettings
+from app.tracing import outbound_headers
 
 logger = logging.getLogger("switchboard.events")
 
@@ -200,13 +201,15 @@ class EventService:
             }
         )
         timestamp = int(self._clock.now().timestamp())
-        headers = {
-            "content-type": "application/json",
-            "X-Switchboard-Event": row.event_type,
-            "X-Switchboard-Event-Id": str(row.event_id),
-            TIMESTAMP_HEADER: str(timestamp),
-            SIGNATURE_HEADER: sign(row.secret, timestamp, body),
-        }
+        headers = outbound_headers(
+            {
+                "content-type": "application/json",
+                "X-Switchboard-Event": row.event_type,
+                "X-Switchboard-Event-Id": str(row.event_id),
+                TIMESTAMP_HEADER: str(timestamp),
+                SIGNATURE_HEADER: sign(row.secret, timestamp, body),
+            }
+        )
         error: str | None = None
         try:
             reply = await self._http.post(

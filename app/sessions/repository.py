@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from datetime import datetime, timedelta
-from typing import Any, Literal
+from typing import Literal
 from uuid import UUID
 
 import asyncpg
+import msgspec
 
 from app.db.pool import Connection
 from app.db.queries import QUERIES
@@ -133,11 +133,11 @@ async def update_session_content(
     changed_by: str,
     change_reason: str,
     now: datetime,
-    decision: Mapping[str, Any] | None = None,
+    decision: msgspec.Struct | None = None,
 ) -> tuple[Session, UUID | None] | None:
     """Write new content and record it as the next version, if the session is still at
-    ``expected_version``; None otherwise. ``decision`` (coordination_decisions columns) is
-    logged with the new version; its id comes back with the session."""
+    ``expected_version``; None otherwise. ``decision`` (a record of coordination_decisions
+    columns) is logged with the new version; its id comes back with the session."""
     state, sequence, metadata = storage_json(content)
     row = await conn.fetchrow(
         Q.update_session_content,
@@ -155,7 +155,7 @@ async def update_session_content(
         now,
         changed_by,
         change_reason,
-        decision,
+        None if decision is None else msgspec.to_builtins(decision),
     )
     return None if row is None else (_session(row), row["decision_id"])
 

@@ -4,13 +4,14 @@ the webhooks and the scheduler all call this service."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
 
 import asyncpg
+import msgspec
 
 from app.clock import Clock
 from app.common.pagination import (
@@ -350,7 +351,7 @@ class SessionService:
         mutate: Mutation,
         *,
         read: Session | None = None,
-        decision: Mapping[str, Any] | None = None,
+        decision: msgspec.Struct | None = None,
     ) -> tuple[Session, UUID | None]:
         """A server-side change (the coordinator's): applied to whatever version is current,
         versioned like any other write. ``read`` is the session as the caller last read it,
@@ -378,7 +379,7 @@ class SessionService:
         actor: str,
         mutate: Mutation,
         read: Session | None,
-        decision: Mapping[str, Any] | None,
+        decision: msgspec.Struct | None,
     ) -> tuple[Session, UUID | None]:
         """Check the base version, apply ``mutate``, bump and record the version.
 

@@ -179,22 +179,35 @@ def close_current_execution(
     return updated
 
 
-def next_execution_order(sequence: list[AgentExecution]) -> int:
-    """The execution_order of a step appended now."""
-    return max((step.execution_order for step in sequence), default=0) + 1
+def append_execution(
+    sequence: list[AgentExecution],
+    agent_name: str,
+    *,
+    status: ExecutionStatus,
+    start_time: datetime,
+    completion_time: datetime | None = None,
+    output_summary: str | None = None,
+    next_agent: str | None = None,
+) -> list[AgentExecution]:
+    """``sequence`` with a step for ``agent_name`` appended, numbered after every step
+    before it (a new list; the input is untouched)."""
+    step = AgentExecution(
+        agent_name=agent_name,
+        execution_order=max((step.execution_order for step in sequence), default=0) + 1,
+        status=status,
+        start_time=start_time,
+        completion_time=completion_time,
+        output_summary=output_summary,
+        next_agent=next_agent,
+    )
+    return [*sequence, step]
 
 
 def start_execution(
     sequence: list[AgentExecution], agent_name: str, now: datetime
 ) -> list[AgentExecution]:
     """Append a new executing step for ``agent_name``."""
-    step = AgentExecution(
-        agent_name=agent_name,
-        execution_order=next_execution_order(sequence),
-        status="executing",
-        start_time=now,
-    )
-    return [*sequence, step]
+    return append_execution(sequence, agent_name, status="executing", start_time=now)
 
 
 def clip(text: str, limit: int) -> str:

@@ -127,7 +127,9 @@ class N8nWebhookController(Controller):
         hooks: Hooks,
         idempotency: Idempotency,
     ) -> Response[dict[str, Any]]:
-        """Per-job counts; ``failed`` lists jobs that did not succeed (for an alert branch)."""
+        """Per-job counts. If a job did not succeed the answer is a 500 problem
+        (``cleanup-failed``) whose ``jobs`` and ``failed`` say which and why: never stored
+        under the Idempotency-Key, so a rerun runs the jobs again."""
         return await _respond(
             request,
             idempotency,

@@ -14,7 +14,7 @@ from app.clock import Clock
 from app.coordination.schemas import MessageRequest
 from app.coordination.service import CoordinationService
 from app.db.pool import Connection, Database
-from app.errors import Forbidden, NotFound, ValidationFailed
+from app.errors import CleanupFailed, Forbidden, NotFound, ValidationFailed
 from app.maintenance.service import JOBS, MaintenanceService
 from app.memories.repository import MemoryFilter
 from app.memories.schemas import Memory, MemoryUpsert, MemoryWrite
@@ -193,7 +193,8 @@ class WebhookService:
 
     async def cleanup(self, job: str, dry_run: bool) -> dict[str, Any]:
         """Run one job (or all) now; per-job counts. Who may is the route's guard
-        (``integration_key``): it is decided before the body is read."""
+        (``integration_key``): it is decided before the body is read. A job that failed
+        makes the whole answer a 500 problem (CleanupFailed) carrying every job's result."""
         names = sorted(JOBS) if job == "all" else [self._maintenance.job(job).name]
         results: dict[str, Any] = {}
         total = 0
@@ -207,12 +208,19 @@ class WebhookService:
                 "error": run.error,
             }
             total += run.rows_affected if not dry_run else sum(run.details.values())
-        return {
-            "dry_run": dry_run,
-            "jobs": results,
-            "total": total,
-            "failed": [n for n, r in results.items() if r["status"] != "succeeded"],
-        }
+        failed = [n for n, r in results.items() if r["status"] != "succeeded"]
+        if failed:
+            # Not a 200: n8n's HTTP node (and any caller) sees a failure, and an
+            # Idempotency-Key replay can never hand a rerun this answer (5xx is not stored).
+            raise CleanupFailed(
+                f"{len(failed)} of {len(names)} cleanup jobs failed: {', '.join(failed)}. "
+                "Each job's result is under jobs; the others ran and are not undone.",
+                dry_run=dry_run,
+                jobs=results,
+                total=total,
+                failed=failed,
+            )
+        return {"dry_run": dry_run, "jobs": results, "total": total, "failed": failed}
 
     async def _acting_for(self, principal: Principal, agent_name: str) -> Principal:
         if agent_name == principal.name and not principal.is_admin:

@@ -121,3 +121,11 @@ async def test_cli_says_when_the_database_cannot_be_reached(cli: Any) -> None:
     )
     assert ran.code == 1
     assert "cannot reach the database" in one_error_line(ran)
+
+
+async def test_migrate_runs_from_any_directory(cli: Any) -> None:
+    """A user runs the installed command from wherever they are, not the repository root:
+    alembic must still find the migrations package (the fixture's cwd is a temp dir)."""
+    ran = await cli("migrate")
+    assert ran.code == 0, ran.err
+    assert "Traceback" not in ran.err

@@ -510,6 +510,40 @@ async def test_breaker_state_reaches_a_second_instance(
         assert len(agent.requests) == calls  # the second instance did not call either
 
 
+async def test_a_breaker_state_reaches_another_instance_by_its_notification_alone(
+    client: httpx.AsyncClient, settings: Settings, database_url: str
+) -> None:
+    """No periodic re-read within the test: the second instance adopts what the NOTIFY
+    carries (state, failure count, the time it opened)."""
+    slow_sync = settings.model_copy(
+        update={
+            "coordination": CoordinationSettings(breaker_sync_seconds=60, rules_cache_seconds=0)
+        }
+    )
+    second_app = create_app(
+        slow_sync, database_url=database_url, admin_key=ADMIN_KEY, run_scheduler=False
+    )
+    path = "/v1/agents/Educate_Customer_Agent/breaker"
+    async with (
+        lifespan_of(second_app),
+        app_client(second_app, {"Authorization": f"Bearer {ADMIN_KEY}"}) as second,
+    ):
+        assert (await second.get(path)).json()["state"] == "closed"
+        deadline = time.monotonic() + 3
+        seen: dict[str, Any] = {}
+        here: dict[str, Any] = {}
+        while time.monotonic() < deadline:
+            # Published again each round, in case the first came before its LISTEN.
+            await client.post(path, json={"state": "open"})
+            await asyncio.sleep(0.1)
+            here, seen = (await client.get(path)).json(), (await second.get(path)).json()
+            if seen == here:
+                break
+        assert seen["state"] == "forced_open"
+        assert seen["opened_at"] is not None
+        assert seen == here
+
+
 async def test_ai_classifier_is_asked_first_and_its_failure_falls_back_to_rules(
     client: httpx.AsyncClient, agent: AgentServer
 ) -> None:

@@ -11,7 +11,7 @@ import pytest
 
 from app.coordination.breaker import AsyncCircuitBreaker
 from app.coordination.dispatch import AgentClient, RetryPolicy
-from app.coordination.schemas import RoutingAgent
+from app.coordination.schemas import AgentRequest, RoutingAgent
 from tests.agent_server import AgentServer
 
 PAUSE = 0.4
@@ -56,7 +56,17 @@ async def test_no_backoff_after_the_last_attempt(
     policy = FixedPause()
     async with httpx.AsyncClient() as http:
         started = time.monotonic()
-        result = await AgentClient(http, policy).call(agent, breaker, {"input_data": {}})
+        request = AgentRequest(
+            agent_name=agent.name,
+            request_id="r1",
+            user_id=None,
+            session_id=None,
+            input_data={},
+            context={},
+            priority=0,
+            timeout_ms=agent.timeout_ms,
+        )
+        result = await AgentClient(http, policy).call(agent, breaker, request)
         elapsed = time.monotonic() - started
 
     assert not result.ok

@@ -9,6 +9,7 @@ import time
 from datetime import timedelta
 from typing import Any
 
+import asyncpg
 import httpx
 import pytest
 
@@ -419,6 +420,63 @@ async def test_cleanup_runs_jobs_and_reports_counts(client: httpx.AsyncClient) -
     one = await client.post("/webhooks/n8n/cleanup", json={"job": "expiry_cleanup"})
     assert set(one.json()["jobs"]) == {"expiry_cleanup"}
     assert_problem(await client.post("/webhooks/n8n/cleanup", json={"job": "nope"}), 404)
+
+
+# A statement-level trigger fires even when the purge finds nothing to delete, so the
+# housekeeping job fails on every run while it exists (what a lock timeout or a broken
+# migration would do), and every other job still runs.
+BREAK_HOUSEKEEPING = """
+CREATE FUNCTION refuse_purge() RETURNS trigger LANGUAGE plpgsql AS
+  $$ BEGIN RAISE EXCEPTION 'outbox_events is read-only for this test'; END $$;
+CREATE TRIGGER refuse_purge BEFORE DELETE ON outbox_events
+  FOR EACH STATEMENT EXECUTE FUNCTION refuse_purge();
+"""
+
+
+async def test_a_cleanup_with_a_failed_job_is_a_500_that_is_never_replayed(
+    client: httpx.AsyncClient, database_url: str
+) -> None:
+    conn = await asyncpg.connect(database_url)
+    try:
+        await conn.execute(BREAK_HOUSEKEEPING)
+        key = {"Idempotency-Key": "n8n:cleanup:exec-7"}
+        body = {"job": "all", "dry_run": False}
+        first = assert_problem(
+            await client.post("/webhooks/n8n/cleanup", json=body, headers=key), 500
+        )
+        assert first["type"] == "urn:switchboard:problem:cleanup-failed"
+        assert first["failed"] == ["housekeeping"]
+        assert "housekeeping" in first["detail"]
+        assert "read-only for this test" in first["jobs"]["housekeeping"]["error"]
+        assert first["jobs"]["expiry_cleanup"]["status"] == "succeeded"  # the others ran
+        assert (
+            await conn.fetchval(
+                "SELECT count(*) FROM idempotency_keys WHERE key = $1", key["Idempotency-Key"]
+            )
+            == 0
+        )  # nothing stored: a retry runs the jobs again
+
+        again = await client.post("/webhooks/n8n/cleanup", json=body, headers=key)
+        assert "idempotent-replayed" not in again.headers
+        assert (
+            assert_problem(again, 500)["jobs"]["housekeeping"]["run_id"]
+            != (first["jobs"]["housekeeping"]["run_id"])
+        )
+
+        await conn.execute("DROP TRIGGER refuse_purge ON outbox_events")
+        fixed = await client.post("/webhooks/n8n/cleanup", json=body, headers=key)
+        assert fixed.status_code == 200, fixed.text
+        assert fixed.json()["failed"] == []
+        runs = await conn.fetch(
+            "SELECT status FROM job_runs WHERE job_name = 'housekeeping' AND trigger = 'manual'"
+            " ORDER BY started_at"
+        )
+        assert [r["status"] for r in runs] == ["failed", "failed", "succeeded"]
+        replay = await client.post("/webhooks/n8n/cleanup", json=body, headers=key)
+        assert replay.headers["idempotent-replayed"] == "true"  # a success is stored
+        assert replay.json() == fixed.json()
+    finally:
+        await conn.close()
 
 
 def signed(body: bytes, secret: str = SECRET, at: int | None = None) -> dict[str, str]:

@@ -12,6 +12,7 @@ from app.coordination.intents import (
     AGENT_UNAVAILABLE,
     DetectedIntent,
     IntentRules,
+    classifier_intents,
     detect_intents,
     normalize,
     prioritize,
@@ -653,6 +654,62 @@ def test_analysis_is_deterministic(rules: IntentRules) -> None:
     assert first == second
     assert prioritize(first, rules, 10) == prioritize(second, rules, 10)
     assert prioritize(first, rules, 10) == prioritize(first[::-1], rules, 10)
+
+
+# -- an AI classifier's answer -----------------------------------------------------------
+
+
+def test_a_classifiers_intents_are_scored_by_the_rules(rules: IntentRules) -> None:
+    """Named by the classifier, scored as detected ones: base weight, the caller's flags,
+    and the cues of the clause the classifier gave (the whole message when it gave none)."""
+    output = {
+        "intents": [
+            {"intent": "request_plan", "clause": "  a plan by Friday, urgent "},
+            "ask_question",
+        ]
+    }
+    message = "I need a plan by Friday, urgent. And a question"
+    plan, question = classifier_intents(output, message, rules, ["session_in_progress"]) or []
+    assert plan == DetectedIntent(
+        intent="request_plan",
+        clause="a plan by Friday, urgent",
+        position=0,
+        matched=("classifier",),
+        base_weight=50,
+        modifiers=("session_in_progress", "time_sensitive_deadline", "user_expressed_urgency"),
+        score=100,
+    )
+    assert (question.intent, question.clause, question.position) == ("ask_question", message, 1)
+    assert question.modifiers == (
+        "session_in_progress",
+        "time_sensitive_deadline",
+        "user_expressed_urgency",
+    )
+    assert question.score == 30 + 20 + 15 + 25
+
+
+def test_a_classifiers_unknown_or_repeated_intents_are_dropped(rules: IntentRules) -> None:
+    output = {
+        "intents": [
+            {"intent": "no_such_intent"},
+            {"clause": "no name"},
+            7,
+            {"intent": "ask_question", "clause": "first"},
+            {"intent": "ask_question", "clause": "second"},
+        ]
+    }
+    (found,) = classifier_intents(output, "message", rules) or []
+    assert (found.intent, found.clause, found.position) == ("ask_question", "first", 3)
+
+
+@pytest.mark.parametrize(
+    "output",
+    [None, "ask_question", {}, {"intents": []}, {"intents": "ask_question"}, {"intents": ["x"]}],
+)
+def test_a_classifier_answer_without_usable_intents_is_none(
+    rules: IntentRules, output: object
+) -> None:
+    assert classifier_intents(output, "what is a budget", rules) is None
 
 
 # -- large input --------------------------------------------------------------------------

@@ -1,0 +1,162 @@
+"""Every request has a trace id: continued from ``traceparent`` or new, on every log line
+written while it is handled, in ``X-Trace-Id``, in problem bodies, and passed on to the
+agents it calls."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import httpx
+import pytest
+from litestar import Litestar, get
+
+from app.asgi import create_app
+from app.errors import EXCEPTION_HANDLERS
+from app.logs import log_handler
+from app.settings import LoggingSettings, Settings
+from app.tracing import TracedRequests
+from tests import dbutil
+from tests.agent_server import AgentServer
+from tests.conftest import ADMIN_KEY, app_client, lifespan_of
+from tests.integration.helpers import create_session
+
+PARENT_TRACE = "0af7651916cd43dd8448eb211c80319c"
+PARENT = f"00-{PARENT_TRACE}-b7ad6b7169203331-01"
+
+
+class JsonLog(io.StringIO):
+    """What the switchboard loggers wrote, through the real handler, as parsed lines."""
+
+    def records(self, logger: str | None = None) -> list[dict[str, Any]]:
+        found = [json.loads(line) for line in self.getvalue().splitlines()]
+        return [r for r in found if logger is None or r["logger"] == logger]
+
+
+@pytest.fixture
+def json_log(caplog: pytest.LogCaptureFixture) -> Iterator[JsonLog]:
+    stream = JsonLog()
+    handler = log_handler(LoggingSettings(format="json"), stream)
+    logger = logging.getLogger("switchboard")
+    caplog.set_level(logging.INFO, logger="switchboard")
+    logger.addHandler(handler)
+    yield stream
+    logger.removeHandler(handler)
+
+
+@pytest.fixture
+async def agent() -> AsyncIterator[AgentServer]:
+    server = await AgentServer().start()
+    yield server
+    await server.stop()
+
+
+async def test_a_request_continues_the_callers_trace_and_names_it(
+    client: httpx.AsyncClient, json_log: JsonLog
+) -> None:
+    response = await client.get("/v1/agents", headers={"traceparent": PARENT})
+    assert response.status_code == 200
+    assert response.headers["x-trace-id"] == PARENT_TRACE
+    (access,) = json_log.records("switchboard.access")
+    assert access["trace_id"] == PARENT_TRACE
+    assert (access["method"], access["path"], access["route"]) == (
+        "GET",
+        "/v1/agents",
+        "/v1/agents",
+    )
+    assert access["status"] == 200
+    assert access["duration_ms"] >= 0
+    assert access["message"].startswith("GET /v1/agents 200 ")
+
+
+async def test_without_a_traceparent_each_request_gets_a_new_trace(
+    client: httpx.AsyncClient, anon: httpx.AsyncClient, json_log: JsonLog
+) -> None:
+    first = await client.get("/v1/agents", headers={"traceparent": "00-nonsense"})
+    second = await anon.get("/v1/agents")  # 401, answered by the auth middleware
+    third = await anon.get("/no/such/route")  # 404, answered by the router
+    ids = [r.headers["x-trace-id"] for r in (first, second, third)]
+    assert len(set(ids)) == 3
+    assert all(len(i) == 32 and int(i, 16) for i in ids)
+    logged = json_log.records("switchboard.access")
+    assert [(r["trace_id"], r["status"], r["route"]) for r in logged] == [
+        (ids[0], 200, "/v1/agents"),
+        (ids[1], 401, "/v1/agents"),
+        (ids[2], 404, "unmatched"),
+    ]
+    # A problem names the trace too, for a user to quote.
+    assert second.json()["trace_id"] == ids[1]
+    assert third.json()["trace_id"] == ids[2]
+
+
+async def test_a_5xx_problem_names_its_trace(settings: Settings, server_url: str) -> None:
+    missing = dbutil.with_database(server_url, "sbtest_does_not_exist")
+    settings.database.pool_min_size = 0
+    app = create_app(settings, database_url=missing, admin_key=ADMIN_KEY, run_scheduler=False)
+    async with lifespan_of(app), app_client(app) as client:
+        response = await client.get("/ready", headers={"traceparent": PARENT})
+    assert response.status_code == 503
+    assert response.json()["trace_id"] == PARENT_TRACE == response.headers["x-trace-id"]
+
+
+async def test_the_access_log_can_be_turned_off(database_url: str, json_log: JsonLog) -> None:
+    settings = Settings(logging=LoggingSettings(access=False))
+    app = create_app(settings, database_url=database_url, admin_key=ADMIN_KEY, run_scheduler=False)
+    async with lifespan_of(app), app_client(app) as client:
+        response = await client.get("/health")
+    assert response.status_code == 200
+    assert response.headers["x-trace-id"]
+    assert json_log.records("switchboard.access") == []
+
+
+async def test_an_agent_call_carries_the_requests_trace(
+    client: httpx.AsyncClient, agent: AgentServer
+) -> None:
+    patched = await client.patch("/v1/agents/Make_Plan_Agent", json={"url": agent.url})
+    assert patched.status_code == 200, patched.text
+    session = await create_session(client)
+    response = await client.post(
+        f"/v1/sessions/{session['session_id']}/messages",
+        json={"text": "Please make a plan for my savings"},
+        headers={"traceparent": PARENT},
+    )
+    assert response.status_code == 200, response.text
+    assert response.json()["agent"] == "Make_Plan_Agent"
+    sent = agent.headers[-1]["traceparent"]
+    version, trace_id, span_id, flags = sent.split("-")
+    assert (version, trace_id, flags) == ("00", PARENT_TRACE, "01")
+    assert span_id != "b7ad6b7169203331"
+
+
+async def test_every_line_written_while_handling_a_request_has_its_trace_id(
+    json_log: JsonLog,
+) -> None:
+    """A handler's own log line and the 500 it ends in, around a small app of its own (the
+    middleware and error handlers are the ones create_app uses)."""
+    logger = logging.getLogger("switchboard.test")
+
+    @get("/boom")
+    async def boom() -> None:
+        logger.info("about to fail", extra={"step": 1})
+        raise RuntimeError("a bug")
+
+    inner = Litestar([boom], exception_handlers=EXCEPTION_HANDLERS, logging_config=None)
+    inner.asgi_handler = TracedRequests(inner.asgi_handler, observer=None, access_log=True)
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=inner), base_url="http://test"
+    ) as client:
+        response = await client.get("/boom", headers={"traceparent": PARENT})
+    assert response.status_code == 500
+    assert response.json()["trace_id"] == PARENT_TRACE
+    lines = json_log.records()
+    assert [line["logger"] for line in lines] == [
+        "switchboard.test",
+        "switchboard.errors",
+        "switchboard.access",
+    ]
+    assert {line["trace_id"] for line in lines} == {PARENT_TRACE}
+    assert "RuntimeError: a bug" in lines[1]["exception"]
+    assert lines[2]["status"] == 500
