@@ -111,6 +111,16 @@ PROBLEM_SCHEMA: dict[str, Any] = {
         },
         "agent": {"type": "string", "description": "409: the agent that already has a key."},
         "parameter": {"type": "string", "description": "400: the query parameter at fault."},
+        "jobs": {
+            "type": "object",
+            "description": "500 from the cleanup webhook: every job's result, by job.",
+            "additionalProperties": {"type": "object"},
+        },
+        "failed": {
+            "type": "array",
+            "items": {"type": "string"},
+            "description": "500 from the cleanup webhook: the jobs that did not succeed.",
+        },
         "header": {"type": "string", "description": "400: the header at fault."},
     },
     "additionalProperties": True,
@@ -246,7 +256,14 @@ SERVICE_PROBLEMS: dict[tuple[str, str], dict[int, str]] = {
         409: _IN_PROGRESS + " Or " + _KEY_IN_USE[0].lower() + _KEY_IN_USE[1:],
         413: _CONTENT_TOO_LARGE,
     },
-    ("POST", "/webhooks/n8n/cleanup"): {404: "job names no job.", 409: _IN_PROGRESS},
+    ("POST", "/webhooks/n8n/cleanup"): {
+        404: "job names no job.",
+        409: _IN_PROGRESS,
+        500: (
+            "A job did not succeed: jobs holds every job's result, failed names the ones "
+            "that failed. Never stored under the Idempotency-Key: a retry runs again."
+        ),
+    },
 }
 
 _DERIVED: dict[str, tuple[int, str]] = {

@@ -503,7 +503,26 @@ async def _run_taken_over(probe: Probe) -> httpx.Response:
         " CREATE TRIGGER probe_take_over BEFORE INSERT ON job_runs"
         " FOR EACH ROW EXECUTE FUNCTION probe_take_over()"
     )
-    return await probe.client.post("/v1/jobs/expiry_cleanup/run?dry_run=true")
+    try:
+        return await probe.client.post("/v1/jobs/expiry_cleanup/run?dry_run=true")
+    finally:
+        await probe.sql("DROP TRIGGER probe_take_over ON job_runs")
+
+
+async def _cleanup_with_a_failing_job(probe: Probe) -> httpx.Response:
+    # A statement trigger fires even when there is nothing to purge: housekeeping fails.
+    await probe.sql(
+        "CREATE FUNCTION probe_refuse_purge() RETURNS trigger LANGUAGE plpgsql AS"
+        " $$ BEGIN RAISE EXCEPTION 'outbox_events is read-only here'; END $$;"
+        " CREATE TRIGGER probe_refuse_purge BEFORE DELETE ON outbox_events"
+        " FOR EACH STATEMENT EXECUTE FUNCTION probe_refuse_purge()"
+    )
+    try:
+        response = await probe.client.post("/webhooks/n8n/cleanup", json={"job": "housekeeping"})
+        assert response.json()["type"].endswith(":cleanup-failed"), response.text
+        return response
+    finally:
+        await probe.sql("DROP TRIGGER probe_refuse_purge ON outbox_events")
 
 
 async def _held_hook(probe: Probe, path: str, body: dict[str, Any]) -> httpx.Response:
@@ -643,6 +662,7 @@ PROVOKE: dict[tuple[str, str, int], Provocation] = {
     ("POST", "/webhooks/n8n/cleanup", 404): lambda p: _post(
         p, "/webhooks/n8n/cleanup", {"job": "no_such_job"}
     ),
+    ("POST", "/webhooks/n8n/cleanup", 500): _cleanup_with_a_failing_job,
     ("POST", "/webhooks/n8n/cleanup", 409): lambda p: _held_hook(
         p, "/webhooks/n8n/cleanup", {"dry_run": True}
     ),
