@@ -15,8 +15,6 @@ from litestar import Litestar, Request, Response
 from litestar.datastructures import State
 from litestar.di import Provide
 from litestar.middleware.base import DefineMiddleware
-from litestar.openapi import OpenAPIConfig
-from litestar.openapi.spec import Components, SecurityScheme
 
 from app.agents.controller import AgentController, SkillController
 from app.agents.service import AgentService
@@ -61,6 +59,7 @@ from app.memories.controller import (
 )
 from app.memories.service import MemoryService
 from app.metrics import Metrics, MetricsController
+from app.openapi import openapi_config
 from app.outbound.policy import OutboundPolicy, Resolver
 from app.outbound.transport import outbound_client
 from app.sessions.controller import SessionController, UserSessionsController
@@ -283,24 +282,7 @@ def create_app(
                 ),
             }
         ),
-        openapi_config=OpenAPIConfig(
-            title="Switchboard",
-            version=__version__,
-            description=(
-                "Session coordination for multi-agent systems. Every /v1 route needs "
-                "Authorization: Bearer <key> or X-API-Key: <key>."
-            ),
-            path="/schema",
-            components=Components(
-                security_schemes={
-                    "bearer": SecurityScheme(type="http", scheme="bearer"),
-                    "apiKey": SecurityScheme(
-                        type="apiKey", name="X-API-Key", security_scheme_in="header"
-                    ),
-                }
-            ),
-            security=[{"bearer": []}, {"apiKey": []}],
-        ),
+        openapi_config=openapi_config(__version__),
         debug=False,
         # Logging is set up once per process by its entry point (app/logs.py); Litestar's
         # own set-up would replace it (and format records on a queue thread, where the

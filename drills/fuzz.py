@@ -1,5 +1,6 @@
 """Drill: property-based fuzzing of every operation in the OpenAPI document (schemathesis),
-as the admin and as an agent, on a fresh database of its own. No 5xx may come back.
+as the admin and as an agent, on a fresh database of its own. No 5xx may come back, and
+every answer must be documented: its status, content type, headers and body schema.
     .venv/bin/python -m drills.fuzz [--examples N]
 """
 
@@ -24,13 +25,19 @@ from bench.serve import free_port, spawn  # noqa: E402
 
 ADMIN = "fuzz-admin-key-0123456789abcdef"
 SCHEMATHESIS = Path(sys.executable).parent / "schemathesis"
+# not_a_server_error, and that the document tells the truth about every answer.
+CHECKS = (
+    "not_a_server_error,status_code_conformance,content_type_conformance,"
+    "response_headers_conformance,response_schema_conformance"
+)
 
 
 def fuzz(
     base: str, auth_header: str, examples: int, phases: str = "examples,coverage,fuzzing"
 ) -> dict[str, Any]:
-    """Run schemathesis once; cases generated, server errors found, and operations where
-    schemathesis itself failed (its own errors, not the server's, reported apart)."""
+    """Run schemathesis once; cases generated, server errors found, answers the document
+    does not describe, and operations where schemathesis itself failed (its own errors,
+    not the server's, reported apart)."""
     result = subprocess.run(
         [
             str(SCHEMATHESIS),
@@ -39,11 +46,11 @@ def fuzz(
             "-H",
             auth_header,
             "--checks",
-            "not_a_server_error",
+            CHECKS,
             "--max-examples",
             str(examples),
             "--phases",
-            "examples,coverage,fuzzing",
+            phases,
             "-w",
             "2",
             "--no-color",
@@ -54,12 +61,18 @@ def fuzz(
     )
     counted = re.search(r"(\d+) generated", result.stdout)
     sections = re.split(r"^_+ (\S+ \S+) _+$", result.stdout, flags=re.M)
-    server_errors, tool_errors = [], []
+    server_errors, undocumented, tool_errors = [], [], []
     for operation, text in zip(sections[1::2], sections[2::2], strict=True):
-        (server_errors if "Server error" in text else tool_errors).append(operation)
+        if "Server error" in text:
+            server_errors.append(operation)
+        elif re.search(r"^- ST\d+ ", text, flags=re.M):
+            undocumented.append(operation)
+        else:
+            tool_errors.append(operation)
     return {
         "cases": int(counted.group(1)) if counted else 0,
         "server_errors": server_errors,
+        "undocumented": undocumented,
         "tool_errors": tool_errors,
         "exit_code": result.returncode,
     }
@@ -110,7 +123,10 @@ def main() -> None:
         pg.cleanup()
     print(json.dumps(result, indent=2))
     ok = all(
-        r["cases"] >= 1000 and not r["server_errors"] and r["exit_code"] == 0
+        r["cases"] >= 1000
+        and not r["server_errors"]
+        and not r["undocumented"]
+        and r["exit_code"] == 0
         for r in result.values()
     )
     print("drill passed" if ok else "drill FAILED")

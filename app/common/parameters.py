@@ -6,8 +6,9 @@ handlers declare (read once from the app's route map, so a new route is covered 
 registered): an integer is decimal digits, within the signed 64-bit range of the bigint
 columns; a boolean is ``true`` or ``false``; a date-time is written as one
 (``2026-01-01T00:00:00Z``), not as a number; no value holds a NUL character, which
-PostgreSQL cannot store. Anything else is a 400 naming the parameter; what passes is then
-parsed by Litestar as before, declared bounds (``ge``/``le``) included.
+PostgreSQL cannot store; a required query parameter is there. Anything else is a 400 naming
+the parameter; what passes is then parsed by Litestar as before, declared bounds
+(``ge``/``le``) included.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ class _Parameter:
     name: str  # as sent (the alias)
     source: Source
     kind: Kind
+    required: bool = False
 
 
 def _kind(annotation: Any) -> Kind:
@@ -73,7 +75,12 @@ class ParameterRules:
                     ("path", kwargs_model.expected_path_params),
                 )
                 self._by_handler[id(handler)] = tuple(
-                    _Parameter(definition.field_alias, source, _kind(fields[name].annotation))
+                    _Parameter(
+                        definition.field_alias,
+                        source,
+                        _kind(fields[name].annotation),
+                        definition.is_required,
+                    )
                     for source, definitions in sources
                     for definition in definitions
                     if (name := definition.field_name) in fields
@@ -85,6 +92,11 @@ class ParameterRules:
         for parameter in self._by_handler.get(id(request.route_handler), ()):
             if parameter.source == "query":
                 values: list[Any] = request.query_params.getall(parameter.name, [])
+                if not values and parameter.required:
+                    # Litestar's own refusal names no field (and would read as a body error).
+                    errors.append(
+                        {"field": parameter.name, "source": "query", "message": "required"}
+                    )
             else:
                 values = [request.path_params.get(parameter.name)]
             for value in values:

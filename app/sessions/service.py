@@ -22,7 +22,7 @@ from app.common.pagination import (
 from app.common.preconditions import MAX_VERSION
 from app.common.validation import validate_input
 from app.db.pool import Database
-from app.errors import Conflict, NotFound, ValidationFailed, VersionConflict
+from app.errors import BadRequest, Conflict, NotFound, ValidationFailed, VersionConflict
 from app.sessions import repository as repo
 from app.sessions.schemas import (
     AgentExecution,
@@ -122,8 +122,10 @@ class SessionService:
             # ASCII only: isdigit() also takes superscripts (int() then fails: a 500) and
             # other scripts' digits, none of which this server issues.
             if not (cursor.isascii() and cursor.isdigit()) or len(cursor) > 18:
-                raise ValidationFailed(
+                # A parameter, so a 400 as every other cursor's (app/common/pagination.py).
+                raise BadRequest(
                     "The cursor is not one this server issued.",
+                    parameter="cursor",
                     errors=[{"field": "cursor", "message": "expected a version number"}],
                 )
             before = int(cursor)

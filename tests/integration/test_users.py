@@ -75,3 +75,14 @@ async def test_delete_cascades_to_sessions_and_their_history(client: httpx.Async
     assert_problem(await client.get(f"/v1/sessions/{session['session_id']}"), 404)
     assert_problem(await client.get(f"/v1/sessions/{session['session_id']}/versions/1"), 404)
     assert (await client.get(f"/v1/sessions/{other['session_id']}")).status_code == 200
+
+
+async def test_finding_a_user_without_external_ref_is_a_400_naming_it(
+    client: httpx.AsyncClient,
+) -> None:
+    """Found by schemathesis: Litestar's refusal of a missing required parameter named no
+    field and was answered as a 422 about the body."""
+    problem = assert_problem(await client.get("/v1/users"), 400)
+    assert problem["errors"] == [
+        {"field": "external_ref", "source": "query", "message": "required"}
+    ]
