@@ -186,11 +186,20 @@ class Analysis:
 
 
 @dataclass(frozen=True, slots=True)
+class RejectedMemoryUpdate:
+    """A memory update that was not stored: its place in the agent's list, and why."""
+
+    index: int
+    status: int
+    detail: str
+
+
+@dataclass(frozen=True, slots=True)
 class MemoryUpdateOutcome:
     """What happened to the memory updates an agent returned."""
 
     applied: int = 0
-    rejected: list[dict[str, Any]] = field(default_factory=list)
+    rejected: list[RejectedMemoryUpdate] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)

@@ -81,6 +81,34 @@ def _taken_key(plan: _PlannedWrite, field: str) -> Conflict:
     )
 
 
+def _named(item: MemoryWrite) -> MemoryUpsert | None:
+    """The upsert a write means when it names its memory (a category and a key)."""
+    if item.category is None or item.key is None:
+        return None
+    # Not validated again: ``item`` was, and every field it gives here has the same type
+    # (Identifier, MemoryKey, Content) in both models.
+    return MemoryUpsert.model_construct(
+        user_id=item.user_id,
+        category=item.category,
+        key=item.key,
+        memory_type=item.memory_type,
+        session_id=item.session_id,
+        content=item.content,
+        access_level=item.access_level,
+    )
+
+
+def _as_created(
+    before_commit: BeforeCommit[tuple[Memory, bool]],
+) -> BeforeCommit[list[Memory]]:
+    """``before_commit`` of ``remember`` for a single write: its memory, created."""
+
+    async def run(conn: Connection, stored: list[Memory]) -> None:
+        await before_commit(conn, (stored[0], True))
+
+    return run
+
+
 def reader_of(principal: Principal) -> Reader:
     """The access rules a principal reads and writes under."""
     return Reader(name=principal.name, is_admin=principal.is_admin, roles=sorted(principal.roles))
@@ -196,6 +224,23 @@ class MemoryService:
             return memory, created
 
         return await self._audited_transaction(run)
+
+    async def remember(
+        self,
+        item: MemoryWrite,
+        principal: Principal,
+        before_commit: BeforeCommit[tuple[Memory, bool]] | None = None,
+    ) -> tuple[Memory, bool]:
+        """Store a memory a caller names or not: with a category and a key it creates or
+        replaces the memory of that name (as ``upsert_by_key``), without them it is written
+        as new. Returns (memory, created); ``before_commit`` runs in the same transaction.
+        What an agent's answer and the n8n memory webhook ask to store comes through here."""
+        named = _named(item)
+        if named is not None:
+            return await self.upsert_by_key(named, None, False, principal, before_commit)
+        then = None if before_commit is None else _as_created(before_commit)
+        memory = (await self.write([item], principal, batch=False, before_commit=then))[0]
+        return memory, True
 
     async def delete(self, memory_id: UUID, principal: Principal) -> None:
         """Delete a memory the caller can see (404 otherwise, as for a read)."""

@@ -17,7 +17,7 @@ from app.db.pool import Connection, Database
 from app.errors import CleanupFailed, Forbidden, NotFound, ValidationFailed
 from app.maintenance.service import JOBS, MaintenanceService
 from app.memories.repository import MemoryFilter
-from app.memories.schemas import Memory, MemoryUpsert, MemoryWrite
+from app.memories.schemas import Memory, MemoryWrite
 from app.memories.service import BeforeCommit, MemoryService
 from app.sessions.schemas import SessionCreate, SessionState
 from app.sessions.service import SessionService
@@ -127,42 +127,18 @@ class WebhookService:
         sealed (stored under the request's Idempotency-Key) in the write's transaction."""
         acting = await self._acting_for(principal, data.agent_name)
         if data.action == "write":
-            if data.key is not None and data.category is not None:
-                memory, created = await self._memories.upsert_by_key(
-                    MemoryUpsert(
-                        user_id=data.user_id,
-                        session_id=data.session_id,
-                        category=data.category,
-                        key=data.key,
-                        memory_type=data.memory_type,
-                        content=data.memory_content,
-                        access_level=data.access_level,
-                    ),
-                    None,
-                    False,
-                    acting,
-                    before_commit=_sealing(seal, lambda result: _written(*result)),
-                )
-            else:
-                memory = (
-                    await self._memories.write(
-                        [
-                            MemoryWrite(
-                                user_id=data.user_id,
-                                session_id=data.session_id,
-                                memory_type=data.memory_type,
-                                category=data.category,
-                                key=data.key,
-                                content=data.memory_content,
-                                access_level=data.access_level,
-                            )
-                        ],
-                        acting,
-                        batch=False,
-                        before_commit=_sealing(seal, lambda stored: _written(stored[0], True)),
-                    )
-                )[0]
-                created = True
+            item = MemoryWrite(
+                user_id=data.user_id,
+                session_id=data.session_id,
+                memory_type=data.memory_type,
+                category=data.category,
+                key=data.key,
+                content=data.memory_content,
+                access_level=data.access_level,
+            )
+            memory, created = await self._memories.remember(
+                item, acting, before_commit=_sealing(seal, lambda result: _written(*result))
+            )
             return _written(memory, created)
         if data.action == "read":
             if data.memory_id is not None:

@@ -31,6 +31,7 @@ from app.coordination.schemas import (
     Decision,
     DecisionRecord,
     MemoryUpdateOutcome,
+    RejectedMemoryUpdate,
     RoutingAgent,
 )
 from app.sessions.schemas import PendingAction, Session
@@ -212,7 +213,9 @@ def record(outcome: TurnOutcome) -> dict[str, Any]:
 def test_an_answering_agent() -> None:
     plan, question = intent("request_plan", 50), intent("ask_question", 30)
     prio = prioritize([plan, question], RULES, 0)
-    memories = MemoryUpdateOutcome(applied=1, rejected=[{"index": 1, "status": 422}])
+    memories = MemoryUpdateOutcome(
+        applied=1, rejected=[RejectedMemoryUpdate(index=1, status=422, detail="unknown level")]
+    )
     step = AgentStep(
         PLANNER,
         plan,
