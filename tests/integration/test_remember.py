@@ -62,7 +62,8 @@ async def test_an_unnamed_memory_is_always_a_new_one(
     user_id = await create_user(client)
     first, created_first = await memories.remember(note(user_id, {"goal": "house"}), ADMIN)
     second, created_second = await memories.remember(note(user_id, {"goal": "house"}), ADMIN)
-    assert created_first and created_second
+    assert created_first
+    assert created_second
     assert first.memory_id != second.memory_id
 
 
