@@ -81,23 +81,6 @@ def _taken_key(plan: _PlannedWrite, field: str) -> Conflict:
     )
 
 
-def _named(item: MemoryWrite) -> MemoryUpsert | None:
-    """The upsert a write means when it names its memory (a category and a key)."""
-    if item.category is None or item.key is None:
-        return None
-    # Not validated again: ``item`` was, and every field it gives here has the same type
-    # (Identifier, MemoryKey, Content) in both models.
-    return MemoryUpsert.model_construct(
-        user_id=item.user_id,
-        category=item.category,
-        key=item.key,
-        memory_type=item.memory_type,
-        session_id=item.session_id,
-        content=item.content,
-        access_level=item.access_level,
-    )
-
-
 def _as_created(
     before_commit: BeforeCommit[tuple[Memory, bool]],
 ) -> BeforeCommit[list[Memory]]:
@@ -170,15 +153,28 @@ class MemoryService:
         ``If-Match`` (bases) makes the replace conditional on the version; ``If-None-Match: *``
         (create_only) refuses to replace. ``before_commit`` runs in the same transaction.
         """
+        return await self._upsert(
+            data, data.category, data.key, bases, create_only, principal, before_commit
+        )
+
+    async def _upsert(
+        self,
+        data: MemoryUpsert | MemoryWrite,
+        category: str,
+        key: str,
+        bases: set[int] | None,
+        create_only: bool,
+        principal: Principal,
+        before_commit: BeforeCommit[tuple[Memory, bool]] | None,
+    ) -> tuple[Memory, bool]:
+        """``upsert_by_key`` of ``data``, named (``category``, ``key``)."""
         now = self._clock.now()
         reader = reader_of(principal)
 
         async def run(conn: Connection) -> tuple[Memory, bool]:
             plan = (await self._plan(conn, [data], batch=False))[0]
             # Expired memories and ones the caller may not read are absent here, as for reads.
-            current = await repo.lock_memory_by_key(
-                conn, data.user_id, data.category, data.key, now, reader
-            )
+            current = await repo.lock_memory_by_key(conn, data.user_id, category, key, now, reader)
             if current is None:
                 if bases is not None:
                     raise VersionConflict(
@@ -235,9 +231,10 @@ class MemoryService:
         replaces the memory of that name (as ``upsert_by_key``), without them it is written
         as new. Returns (memory, created); ``before_commit`` runs in the same transaction.
         What an agent's answer and the n8n memory webhook ask to store comes through here."""
-        named = _named(item)
-        if named is not None:
-            return await self.upsert_by_key(named, None, False, principal, before_commit)
+        if item.category is not None and item.key is not None:
+            return await self._upsert(
+                item, item.category, item.key, None, False, principal, before_commit
+            )
         then = None if before_commit is None else _as_created(before_commit)
         memory = (await self.write([item], principal, batch=False, before_commit=then))[0]
         return memory, True
