@@ -17,10 +17,11 @@ from typing import Any
 import asyncpg
 import msgspec
 
+from app.agents.schemas import Agent
 from app.clock import Clock
 from app.coordination import repository as repo
 from app.coordination.breaker import AsyncCircuitBreaker, BreakerSnapshot
-from app.coordination.schemas import PublishedBreaker, RoutingAgent
+from app.coordination.schemas import PublishedBreaker
 from app.db.pool import Database
 
 logger = logging.getLogger("switchboard.breakers")
@@ -81,7 +82,7 @@ class BreakerRegistry:
 
     # -- use ----------------------------------------------------------------------------
 
-    def breaker_for(self, agent: RoutingAgent) -> AsyncCircuitBreaker:
+    def breaker_for(self, agent: Agent) -> AsyncCircuitBreaker:
         """The agent's breaker, created on first use and kept in step with its settings."""
         settings = (agent.fail_max, agent.reset_timeout_ms / 1000)
         breaker = self._breakers.get(agent.name)
@@ -101,7 +102,7 @@ class BreakerRegistry:
         breaker = self._breakers.get(agent_name)
         return None if breaker is None else breaker.snapshot()
 
-    async def isolate(self, agent: RoutingAgent, state: str) -> BreakerSnapshot:
+    async def isolate(self, agent: Agent, state: str) -> BreakerSnapshot:
         """Manual isolation: force the circuit open, or close it; published at once."""
         breaker = self.breaker_for(agent)
         if state == "open":

@@ -14,10 +14,11 @@ import httpx
 import orjson
 from pydantic import ValidationError
 
+from app.agents.schemas import Agent
 from app.common.jsonbody import decode_json
 from app.coordination.breaker import AsyncCircuitBreaker, BreakerOpen
 from app.coordination.intents import DetectedIntent
-from app.coordination.schemas import AgentRequest, AgentResponse, RoutingAgent
+from app.coordination.schemas import AgentRequest, AgentResponse
 from app.errors import BadRequest, ValidationFailed
 from app.outbound.policy import OutboundRefused
 from app.sessions.schemas import Session
@@ -72,7 +73,7 @@ class AgentClient:
         self._retry = retry or RetryPolicy()
 
     async def call(
-        self, agent: RoutingAgent, breaker: AsyncCircuitBreaker, request: AgentRequest
+        self, agent: Agent, breaker: AsyncCircuitBreaker, request: AgentRequest
     ) -> CallResult:
         """Call ``agent`` until it answers, fails for good, its circuit opens or time is up."""
         started = time.monotonic()
@@ -151,7 +152,7 @@ class AgentClient:
 
 
 def agent_request(
-    agent: RoutingAgent,
+    agent: Agent,
     session: Session,
     text: str,
     intent: DetectedIntent,
@@ -185,7 +186,7 @@ def agent_request(
 
 
 def classifier_request(
-    classifier: RoutingAgent,
+    classifier: Agent,
     session: Session | None,
     text: str,
     intents: Iterable[str],

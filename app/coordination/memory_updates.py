@@ -3,13 +3,13 @@ access rules, each on its own, and those that are refused reported, not raised."
 
 from __future__ import annotations
 
+from app.agents.schemas import Agent
 from app.auth.principal import Principal
 from app.coordination.schemas import (
     AgentResponse,
     MemoryUpdate,
     MemoryUpdateOutcome,
     RejectedMemoryUpdate,
-    RoutingAgent,
 )
 from app.errors import SwitchboardError
 from app.memories.schemas import MemoryWrite
@@ -18,7 +18,7 @@ from app.sessions.schemas import Session
 
 
 async def apply_memory_updates(
-    memories: MemoryService, agent: RoutingAgent, session: Session, response: AgentResponse
+    memories: MemoryService, agent: Agent, session: Session, response: AgentResponse
 ) -> MemoryUpdateOutcome:
     """Store what ``agent`` asked to remember (``MemoryService.remember``: by key when it
     names a category and a key, else as a new memory), for the session's user."""

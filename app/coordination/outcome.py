@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 from uuid import UUID
 
+from app.agents.schemas import Agent
 from app.coordination.dispatch import CallResult
 from app.coordination.fallbacks import FallbackResult
 from app.coordination.intents import DetectedIntent, IntentRules, Prioritization
@@ -22,7 +23,6 @@ from app.coordination.schemas import (
     MemoryUpdateOutcome,
     MessageResult,
     RoutedTo,
-    RoutingAgent,
 )
 from app.coordination.turn import Turn, TurnStep
 from app.sessions.schemas import PendingAction, Session
@@ -48,7 +48,7 @@ def response_text(output: Any) -> str:
 class AgentStep:
     """One agent call of a turn and what came of it."""
 
-    agent: RoutingAgent
+    agent: Agent
     intent: DetectedIntent
     call: CallResult
     fallback: FallbackResult | None

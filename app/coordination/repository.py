@@ -13,7 +13,6 @@ from app.coordination.schemas import (
     IntentModifier,
     IntentType,
     PublishedBreaker,
-    RoutingAgent,
     RuleData,
 )
 from app.db.pool import Connection
@@ -28,11 +27,6 @@ async def intent_rule_data(conn: Connection) -> RuleData:
     if row is None:  # a SELECT without FROM always returns one row
         raise RuntimeError("intent_rules returned no row")
     return msgspec.convert(dict(row), RuleData)
-
-
-async def routing_agents(conn: Connection) -> list[RoutingAgent]:
-    """Every agent with its routing settings."""
-    return [msgspec.convert(dict(row), RoutingAgent) for row in await conn.fetch(Q.routing_agents)]
 
 
 async def list_intent_types(conn: Connection) -> list[IntentType]:

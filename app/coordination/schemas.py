@@ -356,20 +356,3 @@ class BreakerView:
     opened_at: datetime | None
     fail_max: int
     reset_timeout_ms: int
-
-
-@dataclass(frozen=True, slots=True)
-class RoutingAgent:
-    """What routing and dispatch need to know about an agent."""
-
-    name: str
-    roles: list[str]
-    url: str | None
-    timeout_ms: int
-    retry_attempts: int
-    fallback_strategy: str | None
-    intents: list[str]
-    skills: list[dict[str, Any]]
-    enabled: bool
-    fail_max: int
-    reset_timeout_ms: int

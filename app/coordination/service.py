@@ -18,6 +18,8 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from uuid import UUID
 
+from app.agents import repository as agents_repo
+from app.agents.schemas import Agent
 from app.auth.principal import Principal
 from app.clock import Clock
 from app.common.pagination import FIRST_PAGE, cut_page, decode_time_id_cursor
@@ -64,7 +66,6 @@ from app.coordination.schemas import (
     MessageRequest,
     MessageResult,
     ModifierWrite,
-    RoutingAgent,
     RuleData,
 )
 from app.coordination.turn import apply_turn
@@ -91,7 +92,7 @@ class _Message:
     flags: list[str]
     principal: Principal
     rules: IntentRules
-    agents: list[RoutingAgent]
+    agents: list[Agent]
 
 
 class CoordinationService:
@@ -301,7 +302,7 @@ class CoordinationService:
 
     async def _run_agent(
         self,
-        agent: RoutingAgent,
+        agent: Agent,
         intent: DetectedIntent,
         secondaries: tuple[DetectedIntent, ...],
         msg: _Message,
@@ -332,7 +333,7 @@ class CoordinationService:
         text: str,
         flags: list[str],
         rules: IntentRules,
-        agents: list[RoutingAgent],
+        agents: list[Agent],
         session: Session | None,
     ) -> tuple[list[DetectedIntent], str]:
         """The AI classifier when configured and healthy, else the keyword rules."""
@@ -352,7 +353,7 @@ class CoordinationService:
         ), "rules (classifier unavailable: keyword_based_intent_detection)"
 
     def _prioritize(
-        self, intents: list[DetectedIntent], rules: IntentRules, agents: list[RoutingAgent]
+        self, intents: list[DetectedIntent], rules: IntentRules, agents: list[Agent]
     ) -> Prioritization:
         """The seed's ranking, availability included: an intent whose agent's breaker is
         refusing calls gets the agent_unavailable modifier, so another agent's intent can
@@ -366,7 +367,7 @@ class CoordinationService:
         return prioritize(ranked, rules, self._settings.clarification_margin)
 
     async def _fallback(
-        self, agent: RoutingAgent, intent: DetectedIntent, routed: Handoff | None, msg: _Message
+        self, agent: Agent, intent: DetectedIntent, routed: Handoff | None, msg: _Message
     ) -> FallbackResult:
         """The failed agent's rule-based answer. What it reads of the user's memories, it
         reads as the message's principal (whoever sent it and sees the answer)."""
@@ -407,19 +408,19 @@ class CoordinationService:
             )
         return session
 
-    async def _agent(self, name: str) -> RoutingAgent:
+    async def _agent(self, name: str) -> Agent:
         async with self._db.connection() as conn:
-            agents = await repo.routing_agents(conn)
+            agents = await agents_repo.list_agents(conn)
         agent = next((a for a in agents if a.name == name), None)
         if agent is None:
             raise NotFound(f"No agent named {name!r}.")
         return agent
 
-    async def _load(self) -> tuple[IntentRules, list[RoutingAgent]]:
+    async def _load(self) -> tuple[IntentRules, list[Agent]]:
         """The routing agents (always fresh) and the intent rules (cached briefly, with the
         fallbacks' wording: reference data both)."""
         async with self._db.connection() as conn:
-            agents = await repo.routing_agents(conn)
+            agents = await agents_repo.list_agents(conn)
             fresh = time.monotonic() - self._rules_loaded_at < self._settings.rules_cache_seconds
             if self._rules is None or not fresh:
                 self._rule_data = await repo.intent_rule_data(conn)

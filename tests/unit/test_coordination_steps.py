@@ -7,11 +7,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
-from uuid import UUID
+from uuid import UUID, uuid4
 
 import msgspec
 import pytest
 
+from app.agents.schemas import Agent
 from app.coordination.context import session_flags
 from app.coordination.dispatch import CallResult
 from app.coordination.fallbacks import FallbackResult
@@ -32,11 +33,11 @@ from app.coordination.schemas import (
     DecisionRecord,
     MemoryUpdateOutcome,
     RejectedMemoryUpdate,
-    RoutingAgent,
 )
 from app.sessions.schemas import PendingAction, Session
 
 NOW = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
+AGENT_TIME = datetime(2026, 10, 1, tzinfo=UTC)
 SESSION_ID = UUID("01900000-0000-7000-8000-000000000001")
 POLICY = RoutingPolicy(default_agent="Orchestrator_Agent", classifier_agent="Intent_Agent")
 RULES = IntentRules(
@@ -56,10 +57,14 @@ def agent(
     enabled: bool = True,
     fallback: str | None = None,
     tags: Sequence[str] = (),
-) -> RoutingAgent:
-    return RoutingAgent(
+) -> Agent:
+    return Agent(
+        agent_id=uuid4(),
         name=name,
         roles=[],
+        created_at=AGENT_TIME,
+        disabled_at=None,
+        description="",
         url=url,
         timeout_ms=1000,
         retry_attempts=0,
@@ -69,6 +74,8 @@ def agent(
         enabled=enabled,
         fail_max=5,
         reset_timeout_ms=1000,
+        has_key=True,
+        updated_at=AGENT_TIME,
     )
 
 
