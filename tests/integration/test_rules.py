@@ -72,3 +72,21 @@ async def test_an_unknown_modifier_is_not_created(database: Database) -> None:
     with pytest.raises(NotFound):
         await rules.put_modifier("no_such_modifier", ModifierWrite(points=1))
     assert "no_such_modifier" not in {m.name for m in await rules.list_modifiers()}
+
+
+async def test_a_template_of_the_wrong_shape_is_left_out_not_fatal(
+    database: Database, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An operator's typo in one template costs that strategy its wording (it answers with
+    the plain apology), not every message its coordination."""
+    async with database.connection() as conn:
+        await conn.execute(
+            "UPDATE fallback_strategies SET template = '{\"message\": 5}'"
+            " WHERE name = 'generic_financial_advice_disclaimer'"
+        )
+        fallbacks = (await RulesService(database, SystemClock(), 0).current(conn, {})).fallbacks
+    assert "generic_financial_advice_disclaimer" not in fallbacks.templates
+    assert "not valid" in caplog.text
+    budget = fallbacks.templates["basic_budget_template"]
+    assert budget.split == {"needs": 50.0, "wants": 30.0, "savings": 20.0}
+    assert budget.income_keys == ["monthly_income", "net_monthly_income", "income"]
