@@ -11,6 +11,7 @@ from uuid import UUID
 import msgspec
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
 
+from app.common.jsontypes import JsonObject
 from app.common.validation import MAX_JSON_DEPTH, reject_deep_json
 from app.coordination.breaker import BreakerState
 from app.coordination.intents import SERVER_MODIFIERS, IntentRules
@@ -83,17 +84,55 @@ class BreakerCommand(BaseModel):
 # -- the seed's AgentCommunicationProtocol ----------------------------------------------
 
 
+@dataclass(frozen=True, slots=True)
+class AgentInput:
+    """An agent's ``input_data``: the message, the intent it is to handle and its clause,
+    and the other intents found in the message."""
+
+    message: str
+    intent: str
+    clause: str
+    secondary_intents: list[str]
+
+
+@dataclass(frozen=True, slots=True)
+class AgentContext:
+    """An agent's ``context``: the session as the API shows it, and the context flags."""
+
+    session_type: str
+    # As stored and shown: the seed's fields and whatever agents added to it.
+    session_state: JsonObject
+    current_agent: str | None
+    progress_percentage: int
+    context_flags: list[str]
+
+
+@dataclass(frozen=True, slots=True)
+class ClassifierInput:
+    """The AI classifier's ``input_data``: the message and the intents it may name."""
+
+    message: str
+    intents: list[str]
+
+
+@dataclass(frozen=True, slots=True)
+class ClassifierContext:
+    """The AI classifier's ``context``."""
+
+    context_flags: list[str]
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AgentRequest:
-    """What an agent (or the AI classifier) is sent: the seed's request format.
-    ``input_data`` and ``context`` are the protocol's free-form objects."""
+    """What an agent (or the AI classifier) is sent: the seed's request format, whose
+    ``input_data`` and ``context`` objects are Switchboard's to fill (as above)."""
 
     agent_name: str
     request_id: str
     user_id: str | None
     session_id: str | None
-    input_data: dict[str, Any]
-    context: dict[str, Any]
+    input_data: AgentInput | ClassifierInput
+    context: AgentContext | ClassifierContext
     priority: int
     timeout_ms: int
 

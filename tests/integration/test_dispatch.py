@@ -14,7 +14,7 @@ import pytest
 from app.agents.schemas import Agent
 from app.coordination.breaker import AsyncCircuitBreaker
 from app.coordination.dispatch import AgentClient, RetryPolicy
-from app.coordination.schemas import AgentRequest
+from app.coordination.schemas import AgentRequest, ClassifierContext, ClassifierInput
 from tests.agent_server import AgentServer
 
 AGENT_TIME = datetime(2026, 10, 1, tzinfo=UTC)
@@ -72,8 +72,8 @@ async def test_no_backoff_after_the_last_attempt(
             request_id="r1",
             user_id=None,
             session_id=None,
-            input_data={},
-            context={},
+            input_data=ClassifierInput(message="hello", intents=[]),
+            context=ClassifierContext(context_flags=[]),
             priority=0,
             timeout_ms=agent.timeout_ms,
         )
