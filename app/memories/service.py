@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, NoReturn, TypeVar
+from typing import NoReturn, TypeVar
 from uuid import UUID
 
 import orjson
@@ -25,10 +25,16 @@ from app.errors import (
     VersionConflict,
 )
 from app.memories import repository as repo
-from app.memories.repository import MemoryFilter, Reader, WriteReference
+from app.memories.repository import (
+    AccessLogRow,
+    MemoryFilter,
+    Reader,
+    WriteReference,
+)
 from app.memories.schemas import (
     AccessLevel,
     AccessLogPage,
+    AuditQuery,
     Category,
     CategoryChange,
     CategoryWrite,
@@ -64,7 +70,7 @@ class _PlannedWrite:
 class _Denied(Exception):
     """Raised inside a transaction so it rolls back; the audit row is written after."""
 
-    def __init__(self, error: SwitchboardError, entries: list[tuple[Any, ...]]) -> None:
+    def __init__(self, error: SwitchboardError, entries: list[AccessLogRow]) -> None:
         super().__init__(error.detail)
         self.error = error
         self.entries = entries
@@ -304,7 +310,7 @@ class MemoryService:
         limit: int,
         cursor: str | None,
         principal: Principal,
-        query: dict[str, Any],
+        query: AuditQuery,
     ) -> MemoryPage:
         """Live memories the caller may read, newest first; ``query`` is what gets audited."""
         if (
@@ -638,10 +644,12 @@ class MemoryService:
         principal: Principal,
         action: str,
         memory_id: UUID | None,
-        query: Any,
+        query: AuditQuery | None,
         allowed: bool,
         rows: int,
         at: datetime,
-    ) -> tuple[Any, ...]:
-        """One audit row, in insert_access_log's parameter order."""
-        return (principal.name, principal.delegated_by, action, memory_id, query, allowed, rows, at)
+    ) -> AccessLogRow:
+        """One audit row of ``principal``'s access."""
+        return AccessLogRow(
+            principal.name, principal.delegated_by, action, memory_id, query, allowed, rows, at
+        )
