@@ -13,6 +13,7 @@ from litestar.params import FromPath, JSONBody, QueryParameter
 
 from app.auth.guards import admin_only
 from app.auth.principal import Principal
+from app.common.jsontypes import JsonObject
 from app.common.pagination import DEFAULT_LIMIT, MAX_LIMIT
 from app.coordination.breaker_admin import BreakerAdmin
 from app.coordination.rules import RulesService
@@ -148,7 +149,7 @@ class AgentCardController(Controller):
     tags = ["agents"]
 
     @get(["/agent-card.json", "/agent.json"], summary="Switchboard's A2A agent card")
-    async def card(self, request: Request[Any, Any, Any]) -> dict[str, Any]:
+    async def card(self, request: Request[Any, Any, Any]) -> JsonObject:
         """What Switchboard offers, for A2A clients (``agent.json`` for older ones)."""
         base = str(request.base_url).rstrip("/")
         return {

@@ -5,13 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import partial
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 from uuid import UUID
 
 import msgspec
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
 
-from app.common.jsontypes import JsonObject
+from app.common.jsontypes import JsonObject, JsonValue
 from app.common.validation import MAX_JSON_DEPTH, reject_deep_json
 from app.coordination.breaker import BreakerState
 from app.coordination.intents import SERVER_MODIFIERS, IntentRules
@@ -143,7 +143,7 @@ class MemoryUpdate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     memory_type: Identifier
-    content: Any
+    content: JsonValue
     category: Identifier | None = None
     key: Annotated[str, StringConstraints(min_length=1, max_length=200)] | None = None
     access_level: Identifier | None = None
@@ -172,7 +172,7 @@ class AgentResponse(BaseModel):
     # Kept in session_state.agent_outputs.<agent>, two levels below the state's top: an
     # answer nested deeper than a stored session may be is not an answer (data corruption).
     output_data: Annotated[
-        Any, AfterValidator(partial(reject_deep_json, max_depth=MAX_JSON_DEPTH - 2))
+        JsonValue, AfterValidator(partial(reject_deep_json, max_depth=MAX_JSON_DEPTH - 2))
     ] = None
     memory_updates: list[MemoryUpdate] = Field(default_factory=list, max_length=100)
     next_agent_suggestions: list[str] = Field(default_factory=list, max_length=20)
@@ -257,9 +257,10 @@ class MessageResult:
     routed_to: str | None
     intents: list[IntentView]
     clarification: ClarificationView | None
-    pending_actions: list[dict[str, Any]]
+    # The session's pending actions as stored and shown (clients may add members).
+    pending_actions: list[JsonObject]
     progress_percentage: int
-    output_data: Any
+    output_data: JsonValue
     next_agent_suggestions: list[str]
     memory_updates: MemoryUpdateOutcome
     execution_time_ms: int
@@ -281,7 +282,7 @@ class DecisionResponse(msgspec.Struct, frozen=True):
     """What the user was answered."""
 
     text: str
-    output_data: Any
+    output_data: JsonValue
     next_agent_suggestions: list[str]
     # Decisions recorded before direct routing passed messages on have none.
     routed_to: RoutedTo | None = None
