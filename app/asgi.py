@@ -263,7 +263,7 @@ def create_app(
             "erasure_service": provide(erasure_service),
             "coordinator": provide(coordinator),
             "rules": provide(rules),
-            "breaker_admin": provide(BreakerAdmin(database, breakers)),
+            "breaker_admin": provide(BreakerAdmin(agent_service, breakers)),
             "maintenance": provide(maintenance),
             "events": provide(events),
             "hooks": provide(webhooks),

@@ -3,24 +3,22 @@ the state this replica holds, and manual isolation published to every replica.""
 
 from __future__ import annotations
 
-from app.agents import repository as agents_repo
-from app.agents.schemas import Agent
+from app.agents.service import AgentService
 from app.coordination.breakers import BreakerRegistry
 from app.coordination.schemas import BreakerView
-from app.db.pool import Database
-from app.errors import NotFound
 
 
 class BreakerAdmin:
-    """Shows an agent's breaker and isolates the agent (or brings it back)."""
+    """Shows an agent's breaker and isolates the agent (or brings it back). Any registered
+    agent has one, disabled or not (a disabled agent's breaker can still be managed)."""
 
-    def __init__(self, database: Database, breakers: BreakerRegistry) -> None:
-        self._db = database
+    def __init__(self, agents: AgentService, breakers: BreakerRegistry) -> None:
+        self._agents = agents
         self._breakers = breakers
 
     async def breaker(self, name: str) -> BreakerView:
-        """An agent's breaker as this replica sees it."""
-        agent = await self._agent(name)
+        """An agent's breaker as this replica sees it (404 for an unknown agent)."""
+        agent = await self._agents.get_agent(name)
         snapshot = self._breakers.breaker_for(agent).snapshot()
         return BreakerView(
             agent=name,
@@ -33,13 +31,5 @@ class BreakerAdmin:
 
     async def set_breaker(self, name: str, state: str) -> BreakerView:
         """Isolate an agent (open) or bring it back (closed), on every replica."""
-        await self._breakers.isolate(await self._agent(name), state)
+        await self._breakers.isolate(await self._agents.get_agent(name), state)
         return await self.breaker(name)
-
-    async def _agent(self, name: str) -> Agent:
-        """The agent, disabled or not (a disabled agent's breaker can still be managed)."""
-        async with self._db.connection() as conn:
-            agent = await agents_repo.get_agent_by_name(conn, name)
-        if agent is None:
-            raise NotFound(f"No agent named {name!r}.")
-        return agent
