@@ -17,6 +17,8 @@ from collections.abc import Awaitable, Callable
 
 import asyncpg
 
+from app.common.background import stop_loop
+
 logger = logging.getLogger("switchboard.listener")
 
 # Handed each notification's payload; runs on the event loop, so it must not block.
@@ -60,15 +62,7 @@ class Listener:
     async def stop(self) -> None:
         """Stop listening and close the connection."""
         if self._task is not None:
-            # Ask the loop to stop rather than cancel it: a cancelled asyncpg.connect() can
-            # leave a future whose error nobody retrieves.
-            self._stopping.set()
-            try:
-                await asyncio.wait_for(self._task, timeout=10)
-            except TimeoutError:
-                self._task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await self._task
+            await stop_loop(self._task, self._stopping)
             self._task = None
         await self._close()
 
