@@ -25,6 +25,7 @@ from app.common.jsonbody import JsonRequest
 from app.common.options import AllowedMethods
 from app.common.parameters import ParameterRules
 from app.common.validation import StrictRequestModels
+from app.coordination.breaker_admin import BreakerAdmin
 from app.coordination.breakers import BreakerRegistry
 from app.coordination.controller import (
     AgentCardController,
@@ -33,6 +34,7 @@ from app.coordination.controller import (
     SessionMessageController,
 )
 from app.coordination.dispatch import AgentClient
+from app.coordination.rules import RulesService
 from app.coordination.service import CoordinationService
 from app.db.pool import Database
 from app.db.presence import ReplicaPresence
@@ -156,12 +158,14 @@ def create_app(
     # set-up, the outbound policy on every connection. Deadlines are enforced per call
     # (timeout_ms) by the dispatcher, not by httpx.
     http = outbound_client(outbound)
+    rules = RulesService(database, clock, settings.coordination.rules_cache_seconds)
     coordinator = CoordinationService(
         database,
         clock,
         settings.coordination,
         session_service,
         memory_service,
+        rules,
         breakers,
         AgentClient(http),
     )
@@ -258,6 +262,8 @@ def create_app(
             "memory_service": provide(memory_service),
             "erasure_service": provide(erasure_service),
             "coordinator": provide(coordinator),
+            "rules": provide(rules),
+            "breaker_admin": provide(BreakerAdmin(agent_service, breakers)),
             "maintenance": provide(maintenance),
             "events": provide(events),
             "hooks": provide(webhooks),
