@@ -57,6 +57,14 @@ drills: $(STAMP)
 	$(BIN)/python -m drills.fuzz
 	$(BIN)/python -m drills.header_flood
 
+# Refuses (exit 1, nothing deleted) while a process still uses the embedded server; stops one
+# whose users all died. Without a venv it only checks that no postgres runs on the directory.
 clean-data:
-	-$(BIN)/switchboard embedded-stop
+	@if [ -x $(BIN)/switchboard ]; then \
+	    SWITCHBOARD_DATA_DIR=.switchboard $(BIN)/switchboard embedded-stop; \
+	elif pid=$$(head -n1 .switchboard/pg/postmaster.pid 2>/dev/null) && kill -0 "$$pid" 2>/dev/null \
+	        && ps -o command= -p "$$pid" | grep -q postgres; then \
+	    echo "make: PostgreSQL (pid $$pid) still runs on .switchboard/pg; stop it first" >&2; \
+	    exit 1; \
+	fi
 	rm -rf .switchboard
