@@ -1,5 +1,6 @@
 # Two commands matter: `make run` and `make test`. Both build .venv from scratch when it is
 # missing (or when the lock files change) and use an embedded PostgreSQL unless told otherwise.
+# PYTHON picks the interpreter (CPython 3.11 through 3.14), VENV the venv's folder.
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
@@ -16,11 +17,13 @@ help:
 	@echo "make bench   benchmarks against their ceilings (bench-quick: under 2 minutes)"
 	@echo "make drills  fault drills (own embedded PostgreSQL, bounded, 127.0.0.1 only)"
 
-$(STAMP): requirements/runtime.txt requirements/dev.txt pyproject.toml
-	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements/dev.txt
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps -e .
-	@touch $@
+# Checked on every run by scripts/venv.sh: CPython 3.11 through 3.14 (else a one-line message
+# naming the range and PYTHON=...), a venv built by another Python than a chosen PYTHON is
+# rebuilt, lock files newer than the last install are installed. VENV=.venv-3.13 keeps a
+# second venv beside the first (CI does).
+.PHONY: $(STAMP)
+$(STAMP):
+	@PYTHON='$(PYTHON)' PYTHON_ORIGIN='$(origin PYTHON)' VENV='$(VENV)' ./scripts/venv.sh
 
 install: $(STAMP)
 
