@@ -25,7 +25,8 @@ if ! command -v apt-get >/dev/null || ! command -v dpkg-deb >/dev/null; then
     exit 1
 fi
 if ! command -v patchelf >/dev/null; then
-    apt-get install -y -qq patchelf >/dev/null 2>&1 || { echo "cannot install patchelf" >&2; exit 1; }
+    { apt-get install -y -qq patchelf || { apt-get update -qq && apt-get install -y -qq patchelf; }; } \
+        >/dev/null 2>&1 || { echo "cannot install patchelf (Debian's package)" >&2; exit 1; }
 fi
 
 APT=$CACHE/apt
