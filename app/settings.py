@@ -87,7 +87,7 @@ class LoggingSettings(BaseSettings):
 
 
 class DatabaseSettings(BaseSettings):
-    """PostgreSQL connection. With no URL, an embedded server (pgserver) is started."""
+    """PostgreSQL connection. With no URL, an embedded server is started (app/db/embedded.py)."""
 
     model_config = SettingsConfigDict(env_prefix="SWITCHBOARD_DATABASE_", extra="ignore")
 

@@ -6,10 +6,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
+import sys
 
 from app import runtime
 from app.asgi import replica_name
 from app.clock import SystemClock
+from app.db.embedded import EmbeddedError
 from app.db.pool import Database
 from app.logs import configure_logging
 from app.maintenance.events import EventService
@@ -45,12 +47,23 @@ async def run(settings: Settings) -> None:
             await database.close()
 
 
-def main() -> None:
+def main() -> int:
     """Entry point."""
     settings = Settings()
     configure_logging(settings.logging)
-    asyncio.run(run(settings))
+    return runtime.run_for_life(lambda: _run(settings))
+
+
+def _run(settings: Settings) -> int:
+    try:
+        asyncio.run(run(settings))
+    except EmbeddedError as exc:
+        print(f"scheduler: error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
