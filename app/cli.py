@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from app import runtime
 from app.logs import configure_logging
-from app.settings import Settings
+from app.settings import Settings, SettingsInvalid, load_settings
 
 if TYPE_CHECKING:
     from app.agents.schemas import Agent
@@ -252,7 +252,11 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``switchboard`` command."""
     args = build_parser().parse_args(argv)
-    settings = Settings()
+    try:
+        settings = load_settings()
+    except SettingsInvalid as exc:
+        print(f"switchboard: error: {exc}", file=sys.stderr)
+        return 2
     # A chore (agents, admin-key-path) prints its answer and nothing else at INFO; the
     # services (serve, scheduler, migrate) log their start-up and what they change.
     configure_logging(settings.logging, chore=args.handler in _CHORES)
@@ -260,11 +264,12 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace, settings: Settings) -> int:
+    from app.auth.keys import UnusableAdminKey
     from app.db.embedded import EmbeddedError
 
     try:
         return int(args.handler(settings, args))
-    except (CommandFailed, EmbeddedError) as exc:
+    except (CommandFailed, EmbeddedError, UnusableAdminKey) as exc:
         print(f"switchboard: error: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

@@ -10,6 +10,7 @@ import sys
 
 from app import runtime
 from app.asgi import replica_name
+from app.auth.keys import UnusableAdminKey
 from app.clock import SystemClock
 from app.db.embedded import EmbeddedError
 from app.db.pool import Database
@@ -18,7 +19,7 @@ from app.maintenance.events import EventService
 from app.maintenance.service import MaintenanceService
 from app.outbound.policy import OutboundPolicy
 from app.outbound.transport import outbound_client
-from app.settings import Settings
+from app.settings import Settings, SettingsInvalid, load_settings
 from scheduler.runner import Scheduler
 
 
@@ -49,7 +50,11 @@ async def run(settings: Settings) -> None:
 
 def main() -> int:
     """Entry point."""
-    settings = Settings()
+    try:
+        settings = load_settings()
+    except SettingsInvalid as exc:
+        print(f"scheduler: error: {exc}", file=sys.stderr)
+        return 2
     configure_logging(settings.logging)
     return runtime.run_for_life(lambda: _run(settings))
 
@@ -57,7 +62,7 @@ def main() -> int:
 def _run(settings: Settings) -> int:
     try:
         asyncio.run(run(settings))
-    except EmbeddedError as exc:
+    except (EmbeddedError, UnusableAdminKey) as exc:
         print(f"scheduler: error: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

@@ -181,7 +181,9 @@ def test_the_server_stays_up_while_any_user_is_left(data_dir: Path) -> None:
 
 
 def test_a_failed_start_up_stops_the_server(data_dir: Path) -> None:
-    starts = (data_dir / "pg" / "postgresql.log").read_text().count("starting PostgreSQL")
+    log_file = data_dir / "pg" / "postgresql.log"
+    starts = log_file.read_text().count("starting PostgreSQL")
+    # A port in use is refused before anything else: PostgreSQL is not even started.
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
@@ -194,8 +196,25 @@ def test_a_failed_start_up_stops_the_server(data_dir: Path) -> None:
             timeout=120,
             check=False,
         )
-    assert refused.returncode != 0  # uvicorn's start-up failure
-    log = (data_dir / "pg" / "postgresql.log").read_text()
+    assert refused.returncode != 0
+    assert b"cannot listen on" in refused.stderr
+    assert log_file.read_text().count("starting PostgreSQL") == starts
+    assert postgres_on(data_dir / "pg") == []
+
+    # An exception once the server runs (an unusable admin key file): it is stopped again.
+    (data_dir / "admin.key").write_text("too-short\n")
+    env = {k: v for k, v in env_for(data_dir).items() if k != "SWITCHBOARD_ADMIN_KEY"}
+    failed_start = subprocess.run(
+        [str(SWITCHBOARD), "serve", "--port", "0"],
+        env=env,
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        timeout=120,
+        check=False,
+    )
+    assert failed_start.returncode != 0
+    assert b"admin key" in failed_start.stderr, failed_start.stderr[-2000:]
+    log = log_file.read_text()
     assert log.count("starting PostgreSQL") == starts + 1  # it did start, then stopped
     assert log.rstrip().endswith("database system is shut down"), log[-300:]
     assert postgres_on(data_dir / "pg") == []
