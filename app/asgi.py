@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import gc
 import os
@@ -67,7 +68,7 @@ from app.outbound.transport import outbound_client
 from app.sessions.controller import SessionController, UserSessionsController
 from app.sessions.service import SessionService
 from app.settings import Settings
-from app.tracing import TracedRequests
+from app.tracing import TracedRequests, Tracing
 from app.users.controller import UserController
 from app.users.service import UserService
 from app.webhooks.controller import N8nWebhookController
@@ -127,14 +128,17 @@ def create_app(
     clock: Clock | None = None,
     run_scheduler: bool | None = None,
     resolver: Resolver | None = None,
+    tracing: Tracing | None = None,
 ) -> Litestar:
     """Build the application. Resolving the URL and admin key is the caller's job.
 
     The maintenance scheduler runs in-process when ``run_scheduler`` (default: the
     ``SWITCHBOARD_SCHEDULER_ENABLED`` setting) is true. ``resolver`` turns host names into
-    addresses for the outbound policy (default: the system resolver)."""
+    addresses for the outbound policy (default: the system resolver). ``tracing`` is
+    built from ``settings.tracing`` unless given (tests pass one that collects spans)."""
     clock = clock or SystemClock()
     replica = replica_name()
+    tracing = tracing or Tracing(settings.tracing)
     database = Database(database_url, settings.database)
     outbound = OutboundPolicy(settings.outbound, resolver)
     agent_service = AgentService(
@@ -157,7 +161,7 @@ def create_app(
     # One HTTP client for every agent call and event delivery: connection reuse, no per-call
     # set-up, the outbound policy on every connection. Deadlines are enforced per call
     # (timeout_ms) by the dispatcher, not by httpx.
-    http = outbound_client(outbound)
+    http = outbound_client(outbound, tracing=tracing)
     rules = RulesService(database, clock, settings.coordination.rules_cache_seconds)
     coordinator = CoordinationService(
         database,
@@ -196,7 +200,7 @@ def create_app(
     )
     metrics = Metrics(database, breakers)
     scheduler = (
-        Scheduler(maintenance, events)
+        Scheduler(maintenance, events, tracing)
         if (settings.scheduler.enabled if run_scheduler is None else run_scheduler)
         else None
     )
@@ -208,6 +212,10 @@ def create_app(
             # Each part is stopped (in reverse order) once it has started, also when a
             # later one fails to start: no background task outlives a failed start-up.
             async with contextlib.AsyncExitStack() as started:
+                tracing.start()
+                # Exporting what is buffered blocks (up to the exporter's timeout): not on
+                # the event loop.
+                started.push_async_callback(asyncio.to_thread, tracing.shutdown)
                 started.push_async_callback(http.aclose)
                 await presence.start()
                 started.push_async_callback(presence.stop)
@@ -302,6 +310,7 @@ def create_app(
     # Every request is traced, counted and logged, the unmatched ones included.
     traced = TracedRequests(
         app.asgi_handler,
+        tracing=tracing,
         observer=metrics if settings.server.metrics_enabled else None,
         access_log=settings.logging.access,
     )

@@ -20,6 +20,7 @@ from app.maintenance.service import MaintenanceService
 from app.outbound.policy import OutboundPolicy
 from app.outbound.transport import outbound_client
 from app.settings import Settings, SettingsInvalid, load_settings
+from app.tracing import Tracing
 from scheduler.runner import Scheduler
 
 
@@ -30,10 +31,13 @@ async def run(settings: Settings) -> None:
     clock = SystemClock()
     replica = replica_name()
     outbound = OutboundPolicy(settings.outbound)
-    async with outbound_client(outbound) as http:
+    tracing = Tracing(settings.tracing)
+    tracing.start()
+    async with outbound_client(outbound, tracing=tracing) as http:
         scheduler = Scheduler(
             MaintenanceService(database, clock, settings.scheduler, settings.sessions, replica),
             EventService(database, clock, settings.scheduler, http, outbound),
+            tracing,
         )
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
@@ -46,6 +50,7 @@ async def run(settings: Settings) -> None:
         finally:
             scheduler.shutdown()
             await database.close()
+            await asyncio.to_thread(tracing.shutdown)
 
 
 def main() -> int:

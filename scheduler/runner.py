@@ -10,7 +10,7 @@ from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
 from app.maintenance.events import EventService
 from app.maintenance.service import JOBS, MaintenanceService
-from app.tracing import traced
+from app.tracing import Tracing
 
 logger = logging.getLogger("switchboard.scheduler")
 
@@ -18,9 +18,12 @@ logger = logging.getLogger("switchboard.scheduler")
 class Scheduler:
     """Triggers jobs on their intervals and delivers events; calls services only."""
 
-    def __init__(self, maintenance: MaintenanceService, events: EventService) -> None:
+    def __init__(
+        self, maintenance: MaintenanceService, events: EventService, tracing: Tracing
+    ) -> None:
         self._maintenance = maintenance
         self._events = events
+        self._tracing = tracing
         self._scheduler = AsyncIOScheduler(timezone="UTC")
 
     def start(self) -> None:
@@ -57,7 +60,7 @@ class Scheduler:
 
     async def _run(self, name: str) -> None:
         # Each run is a trace of its own: its log lines and the calls it makes share an id.
-        with traced():
+        with self._tracing.span(f"job {name}"):
             try:
                 outcome = await self._maintenance.run_scheduled(name)
             except Exception:
@@ -84,7 +87,7 @@ class Scheduler:
             )
 
     async def _deliver(self) -> None:
-        with traced():
+        with self._tracing.span("job event_delivery"):
             try:
                 await self._events.deliver_due()
             except Exception:

@@ -29,7 +29,6 @@ from app.coordination.schemas import (
 from app.errors import BadRequest, ValidationFailed
 from app.outbound.policy import OutboundRefused
 from app.sessions.schemas import Session
-from app.tracing import outbound_headers
 
 
 class AgentCallFailed(Exception):
@@ -124,9 +123,8 @@ class AgentClient:
             reply = await self._http.post(
                 url,
                 content=orjson.dumps(request),
-                headers=outbound_headers(
-                    {"content-type": "application/json", "accept": "application/json"}
-                ),
+                # The trace context (traceparent) is set by the client's instrumentation.
+                headers={"content-type": "application/json", "accept": "application/json"},
             )
         except OutboundRefused as refused:
             raise AgentCallFailed(str(refused), retryable=False) from refused

@@ -17,8 +17,8 @@ from litestar import Litestar, get
 from app.asgi import create_app
 from app.errors import EXCEPTION_HANDLERS
 from app.logs import log_handler
-from app.settings import LoggingSettings, Settings
-from app.tracing import TracedRequests
+from app.settings import LoggingSettings, Settings, TracingSettings
+from app.tracing import TracedRequests, Tracing
 from tests import dbutil
 from tests.agent_server import AgentServer
 from tests.conftest import ADMIN_KEY, app_client, lifespan_of
@@ -144,7 +144,9 @@ async def test_every_line_written_while_handling_a_request_has_its_trace_id(
         raise RuntimeError("a bug")
 
     inner = Litestar([boom], exception_handlers=EXCEPTION_HANDLERS, logging_config=None)
-    inner.asgi_handler = TracedRequests(inner.asgi_handler, observer=None, access_log=True)
+    inner.asgi_handler = TracedRequests(
+        inner.asgi_handler, tracing=Tracing(TracingSettings()), observer=None, access_log=True
+    )
     async with httpx.AsyncClient(
         transport=httpx.ASGITransport(app=inner), base_url="http://test"
     ) as client:
