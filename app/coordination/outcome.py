@@ -155,9 +155,14 @@ class TurnOutcome:
         return "agent" if self.fallback is None else "fallback"
 
     def decision(
-        self, session_id: UUID, message: str, created_by: str, execution_time_ms: int
+        self,
+        session_id: UUID,
+        message: str,
+        created_by: str,
+        execution_time_ms: int,
+        trace_id: str | None = None,
     ) -> DecisionRecord:
-        """The decision record of this turn."""
+        """The decision record of this turn (``trace_id``: the trace it was made in)."""
         first = self.steps[0] if self.steps else None
         fallback, handed_to, primary = self.fallback, self.handed_to, self.prio.primary
         return DecisionRecord(
@@ -183,6 +188,7 @@ class TurnOutcome:
             ),
             execution_time_ms=execution_time_ms,
             created_by=created_by,
+            trace_id=trace_id,
         )
 
     def turn(self, pending: PendingAction | None, known_agents: set[str]) -> Turn:

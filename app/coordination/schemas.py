@@ -316,6 +316,8 @@ class DecisionRecord(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=Tr
     execution_time_ms: int
     created_by: str
     created_at: datetime | None = None
+    # The trace of the request (or task) that made the decision: X-Trace-Id, log lines.
+    trace_id: str | None = None
 
 
 class Decision(DecisionRecord, frozen=True, kw_only=True, omit_defaults=False):

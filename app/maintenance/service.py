@@ -305,7 +305,8 @@ class MaintenanceService:
             details.setdefault(step.name, 0)
             reached: Any = None
             while True:
-                async with self._db.transaction() as conn:
+                # trace: the events a batch writes carry the run's trace (their default).
+                async with self._db.transaction(trace=True) as conn:
                     args = (*step.batch_args(now, self._settings), limit)
                     if step.resumes:
                         taken, reached = await repo.resuming_batch(conn, step.batch, *args, reached)
@@ -363,7 +364,8 @@ class MaintenanceService:
     async def restore(self, session_id: UUID) -> Session:
         """Bring an expired or archived session back, with its history, within the window."""
         now = self._clock.now()
-        async with self._db.transaction() as conn:
+        # trace: session.restored carries the request's trace (the column's default).
+        async with self._db.transaction(trace=True) as conn:
             archived = await repo.lock_archived_session(conn, session_id)
             if archived is None or archived.restorable_until < now:
                 if await repo.session_exists(conn, session_id):

@@ -366,11 +366,15 @@ def test_a_clarification_and_a_message_nobody_takes() -> None:
 
 def test_a_stored_decision_is_the_record_with_what_the_database_gave_it() -> None:
     outcome = TurnOutcome([], "rules", prioritize([intent("x", 1)], RULES, 0), None)
-    written = msgspec.to_builtins(outcome.decision(SESSION_ID, "m", "admin", 1))
+    trace_id = "0af7651916cd43dd8448eb211c80319c"
+    written = msgspec.to_builtins(outcome.decision(SESSION_ID, "m", "admin", 1, trace_id))
+    assert written["trace_id"] == trace_id
     # The database fills these in; the record it is sent does not carry them.
     assert {"decision_id", "session_version", "created_at"}.isdisjoint(written)
     row = written | {"decision_id": UUID(int=5), "session_version": 2, "created_at": NOW}
     stored = msgspec.convert(row, Decision, strict=False)
     assert isinstance(stored, DecisionRecord)
     assert list(msgspec.to_builtins(stored))[:3] == ["decision_id", "session_id", "session_version"]
-    assert list(msgspec.to_builtins(stored))[-1] == "created_at"
+    # In the table's order: trace_id came last (revision 0014).
+    assert list(msgspec.to_builtins(stored))[-2:] == ["created_at", "trace_id"]
+    assert stored.trace_id == trace_id
