@@ -171,7 +171,13 @@ def create_app(
         memory_service,
         rules,
         breakers,
-        AgentClient(http),
+        AgentClient(
+            http,
+            # An agent may answer as much as a client may send; its broken JSON is
+            # repaired up to the repair bound.
+            max_answer_bytes=settings.max_body_bytes,
+            repair_max_bytes=settings.coordination.repair_max_bytes,
+        ),
     )
     maintenance = MaintenanceService(
         database, clock, settings.scheduler, settings.sessions, replica_id=replica

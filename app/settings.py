@@ -242,6 +242,12 @@ class CoordinationSettings(BaseSettings):
     # after this long (longer than an agent call may take: timeout_ms is at most 5 min,
     # and a direct routing makes two calls).
     pending_claim_timeout: timedelta = timedelta(minutes=15)
+    # An agent answer that is not valid JSON (cut off, a trailing comma, single quotes, a
+    # markdown fence around it) is repaired with json-repair when it is at most this long;
+    # a longer one is a malformed answer at once. Repair is pure Python and grows faster
+    # than linearly on hostile input (about 0.2 s for 64 KiB at worst, measured, against
+    # 1.5 s for 256 KiB), so the bound is the worst time an answer can cost. 0: never.
+    repair_max_bytes: NonNegativeInt = 64 * 1024
 
 
 class SchedulerSettings(BaseSettings):
