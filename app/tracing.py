@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 import time
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
@@ -67,6 +68,12 @@ _TRACE_CONTEXT = TraceContextTextMapPropagator()
 _TRACE_ID_HEADER = TRACE_ID_HEADER.lower().encode()
 
 access_logger = logging.getLogger("switchboard.access")
+
+# The asyncpg instrumentation names a query span by the statement's first word after a
+# leading /* comment */; the named queries (sql/queries/*.sql) open with -- comments, which
+# would name every span "--". This also skips those (and whitespace), so spans are named
+# SELECT, WITH, INSERT, ...
+_LEADING_SQL_COMMENTS = re.compile(r"^(?:\s*(?:/\*.*?\*/|--[^\n]*))+", re.DOTALL)
 
 
 def current_trace_id() -> str | None:
@@ -199,6 +206,7 @@ class Tracing:
 
             instrumentor = AsyncPGInstrumentor()  # type: ignore[no-untyped-call]
             if not instrumentor.is_instrumented_by_opentelemetry:
+                instrumentor._leading_comment_remover = _LEADING_SQL_COMMENTS
                 instrumentor.instrument(tracer_provider=self.provider)
                 self._queries_instrumented = True
 

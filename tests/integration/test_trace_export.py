@@ -130,6 +130,10 @@ async def test_a_message_is_one_exported_trace_with_its_queries_and_agent_call(
     queries = [s for s in message if s["scope"] == "opentelemetry.instrumentation.asyncpg"]
     assert len(queries) >= 3
     assert all(q["attributes"]["db.system"] == "postgresql" for q in queries)
+    # Named by the statement's first word, past the comments the named queries open with.
+    names = {q["name"] for q in queries}
+    assert "WITH" in names
+    assert names <= {"SELECT", "WITH", "INSERT", "UPDATE", "DELETE", "BEGIN;", "COMMIT;"}
     assert any("coordination_decisions" in q["attributes"]["db.statement"] for q in queries)
     # Every other span belongs to a request's trace: queries outside one (the breaker and
     # presence loops, start-up) are not traces of their own.
