@@ -158,19 +158,23 @@ class AgentClient:
                 content=orjson.dumps(request),
                 headers={"content-type": "application/json", "accept": "application/json"},
             ) as reply:
-                if reply.status_code >= 500 or reply.status_code == 429:
-                    raise AgentCallFailed(
-                        f"agent answered HTTP {reply.status_code}", retryable=True
-                    )
-                if reply.status_code >= 400:
-                    raise AgentCallFailed(
-                        f"agent answered HTTP {reply.status_code}", retryable=False
-                    )
-                body = await self._read(reply)
+                status = reply.status_code
+                try:
+                    body = await self._read(reply)
+                except AgentCallFailed:
+                    if status < 400:
+                        raise
+                    # An error's body is not used, its status decides; it is read when it
+                    # fits so that the connection can serve the next attempt.
+                    body = b""
         except OutboundRefused as refused:
             raise AgentCallFailed(str(refused), retryable=False) from refused
         except httpx.HTTPError as exc:
             raise AgentCallFailed(f"transport error: {type(exc).__name__}", retryable=True) from exc
+        if status >= 500 or status == 429:
+            raise AgentCallFailed(f"agent answered HTTP {status}", retryable=True)
+        if status >= 400:
+            raise AgentCallFailed(f"agent answered HTTP {status}", retryable=False)
         value, repaired = await self._decode(body)
         try:
             response = AgentResponse.model_validate(value)
