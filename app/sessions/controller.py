@@ -22,6 +22,7 @@ from litestar.status_codes import HTTP_201_CREATED, HTTP_304_NOT_MODIFIED
 from app.auth.principal import Principal
 from app.common.pagination import DEFAULT_LIMIT, MAX_LIMIT
 from app.common.preconditions import body_base_version, etag, required_base_versions
+from app.sessions.lifecycle import SessionLifecycle
 from app.sessions.schemas import (
     Completion,
     Handoff,
@@ -175,6 +176,18 @@ class SessionController(Controller):
         return _with_etag(
             await session_service.rollback(session_id, data, bases, request.user.name)
         )
+
+    @post(
+        "/{session_id:uuid}/restore",
+        status_code=200,
+        summary="Restore an expired or archived session",
+    )
+    async def restore(
+        self, session_id: FromPath[UUID], session_lifecycle: NamedDependency[SessionLifecycle]
+    ) -> Session:
+        """Within the recovery window: the session and its history come back; after it,
+        404 (gone for good)."""
+        return await session_lifecycle.restore(session_id)
 
     @get("/{session_id:uuid}/versions", summary="A session's history")
     async def list_versions(

@@ -44,6 +44,7 @@ from app.errors import (
     ValidationFailed,
     problem_body,
 )
+from app.jobs.sweep import Sweep
 from app.webhooks import repository as repo
 
 logger = logging.getLogger("switchboard.idempotency")
@@ -144,6 +145,15 @@ class IdempotencyService:
                 with contextlib.suppress(asyncio.CancelledError):
                     await self._renewer
             self._renewer = None
+
+    async def purge_expired(self, sweep: Sweep) -> None:
+        """Stored answers past their TTL are purged (a job's sweep)."""
+        now = sweep.now
+        await sweep.step(
+            "idempotency_keys_purged",
+            lambda conn, limit: repo.purge_expired_keys(conn, now, limit),
+            lambda conn: repo.count_expired_keys(conn, now),
+        )
 
     async def run(
         self,

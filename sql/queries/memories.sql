@@ -261,3 +261,151 @@ WHERE m.memory_id = $1 AND memory_live(m, $2)
 SELECT m.* FROM memories m
 WHERE m.user_id = $1 AND m.category = $2 AND m.key = $3
   AND memory_readable(m, $4, $7, ARRAY(SELECT memory_readable_levels($5, $6)))
+
+-- Retention (app/memories/retention.py, run by the jobs): expired memories go, old
+-- interaction patterns move to the archive, the archive and the access audit trail are
+-- purged after their retention.
+
+-- name: delete_expired_memories
+-- Job 5a: memories past their expiry go (interaction patterns are archived instead, 5b).
+-- Batches walk the expiry index in order. Each finds the expiry $2 rows further on, deletes
+-- everything up to and including that instant (so a batch is short only when the sweep is
+-- done; rows sharing that instant all go in this batch) and returns how many it took and
+-- the instant it reached; the next batch starts after it ($3, NULL for the first), so no
+-- batch steps over rows that earlier ones deleted. No rows are locked first: a row updated
+-- meanwhile is re-checked by the DELETE against its new expiry. $1 now, $2 batch size.
+-- Each user whose memories went is told in this same statement, so the notice commits or
+-- rolls back with the deletion: one memory.purged event per user and batch, with the
+-- counts per category (a notifier wants one notice per user, not job totals). A batch can
+-- touch 20,000 users, so these events are written only while someone subscribes to them
+-- (an event without a subscriber has no delivery and is never listed or sent anyway).
+WITH reach AS (
+    SELECT coalesce(
+        (SELECT expires_at FROM memories
+         WHERE expires_at < $1 AND expires_at > coalesce($3::timestamptz, '-infinity')
+           AND category <> 'interaction_patterns'
+         ORDER BY expires_at
+         OFFSET $2 - 1 LIMIT 1),
+        $1) AS upto
+), gone AS (
+    DELETE FROM memories
+    WHERE expires_at <= (SELECT upto FROM reach)
+      AND expires_at > coalesce($3::timestamptz, '-infinity')
+      AND expires_at < $1 AND category <> 'interaction_patterns'
+    RETURNING user_id, category
+), per_category AS (
+    SELECT user_id, category, count(*) AS n FROM gone GROUP BY user_id, category
+), events AS (
+    INSERT INTO outbox_events (event_type, payload, created_at)
+    SELECT 'memory.purged',
+           jsonb_build_object('user_id', user_id, 'action', 'deleted', 'count', sum(n),
+                              'categories', jsonb_object_agg(category, n)),
+           $1::timestamptz
+    FROM per_category
+    WHERE EXISTS (SELECT 1 FROM subscriptions
+                  WHERE disabled_at IS NULL AND 'memory.purged' = ANY (event_types))
+    GROUP BY user_id
+    RETURNING event_id, event_type
+), deliveries AS (
+    INSERT INTO event_deliveries (event_id, subscription_id, next_attempt_at)
+    SELECT e.event_id, sub.subscription_id, $1::timestamptz
+    FROM events e JOIN subscriptions sub
+      ON sub.disabled_at IS NULL AND e.event_type = ANY (sub.event_types)
+)
+SELECT (SELECT count(*) FROM gone) AS taken, (SELECT upto FROM reach) AS reached
+
+-- name: count_expired_memories
+SELECT count(*) FROM memories WHERE expires_at < $1 AND category <> 'interaction_patterns'
+
+-- name: archive_interaction_patterns
+-- Job 5b: interaction patterns past their retention move to memory_archive; each user
+-- whose patterns moved is told (memory.purged, action 'archived'). $1 now, $2 batch size.
+WITH picked AS (
+    SELECT memory_id FROM memories
+    WHERE expires_at < $1 AND category = 'interaction_patterns'
+    ORDER BY expires_at
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+), moved AS (
+    DELETE FROM memories m USING picked WHERE m.memory_id = picked.memory_id
+    RETURNING m.*
+), archived AS (
+    INSERT INTO memory_archive (memory_id, user_id, session_id, agent_name, memory_type,
+                                category, key, content, content_size, access_level, version,
+                                created_at, updated_at, expires_at, archived_at)
+    SELECT memory_id, user_id, session_id, agent_name, memory_type, category, key, content,
+           content_size, access_level, version, created_at, updated_at, expires_at,
+           $1::timestamptz
+    FROM moved
+    ON CONFLICT (memory_id) DO NOTHING
+    RETURNING memory_id, user_id, category
+), per_category AS (
+    SELECT user_id, category, count(*) AS n FROM archived GROUP BY user_id, category
+), events AS (
+    INSERT INTO outbox_events (event_type, payload, created_at)
+    SELECT 'memory.purged',
+           jsonb_build_object('user_id', user_id, 'action', 'archived', 'count', sum(n),
+                              'categories', jsonb_object_agg(category, n)),
+           $1::timestamptz
+    FROM per_category
+    WHERE EXISTS (SELECT 1 FROM subscriptions
+                  WHERE disabled_at IS NULL AND 'memory.purged' = ANY (event_types))
+    GROUP BY user_id
+    RETURNING event_id, event_type
+), deliveries AS (
+    INSERT INTO event_deliveries (event_id, subscription_id, next_attempt_at)
+    SELECT e.event_id, sub.subscription_id, $1::timestamptz
+    FROM events e JOIN subscriptions sub
+      ON sub.disabled_at IS NULL AND e.event_type = ANY (sub.event_types)
+)
+SELECT memory_id FROM archived
+
+-- name: count_archivable_patterns
+SELECT count(*) FROM memories WHERE expires_at < $1 AND category = 'interaction_patterns'
+
+-- name: purge_memory_archive
+-- Job 5c: archived memories older than the archive retention are purged (picked by ctid,
+-- as in delete_expired_memories); each user whose archive shrank is told (memory.purged,
+-- action 'archive_purged'). $1 archived before, $2 now, $3 batch size.
+WITH gone AS (
+    DELETE FROM memory_archive
+    WHERE ctid = ANY(ARRAY(
+            SELECT ctid FROM memory_archive WHERE archived_at < $1
+            ORDER BY archived_at LIMIT $3))
+      AND archived_at < $1
+    RETURNING memory_id, user_id, category
+), per_category AS (
+    SELECT user_id, category, count(*) AS n FROM gone GROUP BY user_id, category
+), events AS (
+    INSERT INTO outbox_events (event_type, payload, created_at)
+    SELECT 'memory.purged',
+           jsonb_build_object('user_id', user_id, 'action', 'archive_purged', 'count', sum(n),
+                              'categories', jsonb_object_agg(category, n)),
+           $2::timestamptz
+    FROM per_category
+    WHERE EXISTS (SELECT 1 FROM subscriptions
+                  WHERE disabled_at IS NULL AND 'memory.purged' = ANY (event_types))
+    GROUP BY user_id
+    RETURNING event_id, event_type
+), deliveries AS (
+    INSERT INTO event_deliveries (event_id, subscription_id, next_attempt_at)
+    SELECT e.event_id, sub.subscription_id, $2::timestamptz
+    FROM events e JOIN subscriptions sub
+      ON sub.disabled_at IS NULL AND e.event_type = ANY (sub.event_types)
+)
+SELECT memory_id FROM gone
+
+-- name: count_purgeable_memory_archive
+SELECT count(*) FROM memory_archive WHERE archived_at < $1
+
+-- name: purge_access_log
+-- Job 7 (housekeeping): the memory access audit trail older than its retention, picked by
+-- ctid like the other purges. $1 cut-off, $2 batch size.
+DELETE FROM memory_access_log
+WHERE ctid = ANY(ARRAY(
+        SELECT ctid FROM memory_access_log WHERE at < $1 ORDER BY at LIMIT $2))
+  AND at < $1
+RETURNING log_id
+
+-- name: count_purgeable_access_log
+SELECT count(*) FROM memory_access_log WHERE at < $1

@@ -17,12 +17,15 @@ import pytest
 
 from app.clock import Clock, FrozenClock
 from app.db.pool import Database
-from app.maintenance import repository as maintenance_repo
-from app.maintenance.events import EventService
-from app.maintenance.service import JOBS, MaintenanceService, slot_start
+from app.events.service import EventService
+from app.jobs import repository as jobs_repo
+from app.jobs.service import JobService, slot_start
+from app.jobs.table import JOBS
+from app.memories import repository as memories_repo
 from app.outbound.policy import OutboundPolicy
 from app.outbound.transport import outbound_client
-from app.settings import DatabaseSettings, SchedulerSettings, SessionSettings
+from app.services import Services, build_services
+from app.settings import DatabaseSettings, SchedulerSettings, Settings
 from tests.agent_server import AgentServer
 from tests.conftest import LOOPBACK_ALLOWED
 from tests.integration.helpers import assert_problem, create_session, create_user, if_match
@@ -42,15 +45,24 @@ async def database(database_url: str) -> AsyncIterator[Database]:
 
 
 @pytest.fixture
-def make_replica(
+async def make_replica(
     database: Database, frozen_clock: FrozenClock
-) -> Callable[..., MaintenanceService]:
-    def make(name: str = "replica-a", **settings: Any) -> MaintenanceService:
-        return MaintenanceService(
-            database, frozen_clock, SchedulerSettings(**settings), SessionSettings(), name
-        )
+) -> AsyncIterator[Callable[..., JobService]]:
+    """The jobs of a replica named ``name`` (its services built as every process builds
+    them), with scheduler settings of the test's choosing."""
+    built: list[Services] = []
 
-    return make
+    def make(name: str = "replica-a", **settings: Any) -> JobService:
+        scheduler = SchedulerSettings(**settings)
+        services = build_services(
+            Settings(scheduler=scheduler), database, frozen_clock, replica=name
+        )
+        built.append(services)
+        return services.jobs
+
+    yield make
+    for services in built:
+        await services.aclose()
 
 
 async def rows(database_url: str, sql: str, *args: Any) -> list[asyncpg.Record]:
@@ -370,7 +382,7 @@ async def test_memory_purged_commits_with_its_batch(
         frozen_clock.advance(timedelta(minutes=1))
     frozen_clock.advance(timedelta(days=2))
 
-    real_batch = maintenance_repo.resuming_batch
+    real_batch = memories_repo.delete_expired
     batches = 0
 
     async def crash_on_the_second_batch(*args: Any) -> tuple[int, Any]:
@@ -380,7 +392,7 @@ async def test_memory_purged_commits_with_its_batch(
             raise RuntimeError("the replica died here")
         return await real_batch(*args)
 
-    monkeypatch.setattr(maintenance_repo, "resuming_batch", crash_on_the_second_batch)
+    monkeypatch.setattr(memories_repo, "delete_expired", crash_on_the_second_batch)
     failed = await make_replica(batch_size=1).run_now("memory_retention", dry_run=False)
     assert failed.status == "failed"
     assert await purged_events(database_url) == [
@@ -554,7 +566,7 @@ async def test_a_dead_claim_is_taken_over_after_its_lease(
     job = JOBS["archival"]  # a daily slot: the clock stays inside it
     slot = slot_start(frozen_clock.now(), job.interval(SchedulerSettings()))
     async with database.transaction() as conn:
-        run_id = await maintenance_repo.claim_run(
+        run_id = await jobs_repo.claim_run(
             conn,
             job.name,
             slot,
@@ -585,7 +597,7 @@ async def test_a_crash_between_batches_loses_nothing(
 ) -> None:
     sessions = [await create_session(client, ttl_seconds=3600) for _ in range(5)]
     frozen_clock.advance(timedelta(hours=2))
-    real = maintenance_repo.record_progress
+    real = jobs_repo.record_progress
     calls = 0
 
     async def crash_on_second_batch(*args: Any, **kwargs: Any) -> None:
@@ -595,7 +607,7 @@ async def test_a_crash_between_batches_loses_nothing(
             raise RuntimeError("injected crash")
         await real(*args, **kwargs)
 
-    monkeypatch.setattr(maintenance_repo, "record_progress", crash_on_second_batch)
+    monkeypatch.setattr(jobs_repo, "record_progress", crash_on_second_batch)
     run = await make_replica(batch_size=2).run_now("expiry_cleanup", dry_run=False)
     assert run.status == "failed"
     assert "injected crash" in (run.error or "")
@@ -606,7 +618,7 @@ async def test_a_crash_between_batches_loses_nothing(
     assert len(archived) == 2
     assert not {r["session_id"] for r in live} & {r["session_id"] for r in archived}
 
-    monkeypatch.setattr(maintenance_repo, "record_progress", real)
+    monkeypatch.setattr(jobs_repo, "record_progress", real)
     run = await make_replica(batch_size=2).run_now("expiry_cleanup", dry_run=False)
     assert run.status == "succeeded"
     assert run.details["sessions_expired"] == 3

@@ -1,4 +1,4 @@
-"""HTTP routes for jobs, session restore, subscriptions and events."""
+"""HTTP routes for subscriptions and events (admin)."""
 
 from __future__ import annotations
 
@@ -12,67 +12,17 @@ from litestar.status_codes import HTTP_200_OK, HTTP_201_CREATED, HTTP_204_NO_CON
 
 from app.auth.guards import admin_only
 from app.common.pagination import DEFAULT_LIMIT, MAX_LIMIT
-from app.maintenance.events import (
+from app.events.schemas import (
     EventDeliveryPage,
-    EventService,
+    Subscription,
     SubscriptionCreate,
     SubscriptionWithSecret,
 )
-from app.maintenance.schemas import JobInfo, JobRun, JobRunPage, Subscription
-from app.maintenance.service import MaintenanceService
-from app.sessions.schemas import Session
+from app.events.service import EventService
 
 Limit = Annotated[int, QueryParameter(ge=1, le=MAX_LIMIT)]
 Cursor = Annotated[str | None, QueryParameter(max_length=512)]
-Maintenance = NamedDependency[MaintenanceService]
 Events = NamedDependency[EventService]
-
-
-class JobController(Controller):
-    """The maintenance jobs: schedule, runs, manual runs (admin)."""
-
-    path = "/v1/jobs"
-    tags = ["jobs"]
-    guards = [admin_only]
-
-    @get("/", summary="Jobs, their schedule, last run and next run")
-    async def jobs(self, maintenance: Maintenance) -> list[JobInfo]:
-        """Every maintenance job."""
-        return await maintenance.jobs()
-
-    @get("/{name:str}/runs", summary="A job's runs")
-    async def runs(
-        self,
-        name: FromPath[str],
-        maintenance: Maintenance,
-        limit: Limit = DEFAULT_LIMIT,
-        cursor: Cursor = None,
-    ) -> JobRunPage:
-        """Runs newest first, with rows affected, status and errors."""
-        return await maintenance.runs(name, limit, cursor)
-
-    @post("/{name:str}/run", status_code=HTTP_200_OK, summary="Run a job now")
-    async def run(
-        self,
-        name: FromPath[str],
-        maintenance: Maintenance,
-        dry_run: Annotated[bool, QueryParameter(description="Count, change nothing.")] = False,
-    ) -> JobRun:
-        """Runs through the same claim as scheduled runs; returns the run record."""
-        return await maintenance.run_now(name, dry_run)
-
-
-class RestoreController(Controller):
-    """Bringing sessions back from the archive."""
-
-    path = "/v1/sessions/{session_id:uuid}/restore"
-    tags = ["sessions"]
-
-    @post("/", status_code=HTTP_200_OK, summary="Restore an expired or archived session")
-    async def restore(self, session_id: FromPath[UUID], maintenance: Maintenance) -> Session:
-        """Within the recovery window: the session and its history come back; after it,
-        404 (gone for good)."""
-        return await maintenance.restore(session_id)
 
 
 class SubscriptionController(Controller):
