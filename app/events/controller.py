@@ -11,7 +11,7 @@ from litestar.params import FromPath, JSONBody, QueryParameter
 from litestar.status_codes import HTTP_200_OK, HTTP_201_CREATED, HTTP_204_NO_CONTENT
 
 from app.auth.guards import admin_only
-from app.common.pagination import DEFAULT_LIMIT, MAX_LIMIT
+from app.common.pagination import DEFAULT_LIMIT, PageCursor, PageLimit
 from app.events.schemas import (
     EventDeliveryPage,
     Subscription,
@@ -20,8 +20,6 @@ from app.events.schemas import (
 )
 from app.events.service import EventService
 
-Limit = Annotated[int, QueryParameter(ge=1, le=MAX_LIMIT)]
-Cursor = Annotated[str | None, QueryParameter(max_length=512)]
 Events = NamedDependency[EventService]
 
 
@@ -62,8 +60,8 @@ class EventController(Controller):
         self,
         events: Events,
         status: Annotated[str | None, QueryParameter(pattern="^(pending|delivered|dead)$")] = None,
-        limit: Limit = DEFAULT_LIMIT,
-        cursor: Cursor = None,
+        limit: PageLimit = DEFAULT_LIMIT,
+        cursor: PageCursor = None,
     ) -> EventDeliveryPage:
         """Newest first; ``status`` filters deliveries."""
         return await events.deliveries(status, limit, cursor)

@@ -1,11 +1,11 @@
 """Subscriptions and the delivery of outbox events.
 
 Events are written in the same transaction as the change they describe, by the statement
-that makes it (sessions.sql, memories.sql), with a delivery per subscriber that wants its
-type. Delivery is at-least-once: a delivery is claimed with SKIP
-LOCKED (so two replicas never post the same one at the same time), posted signed
-(app/events/signing.py), and retried with exponential backoff and jitter until it succeeds
-or runs out of attempts (then it is ``dead``). Receivers de-duplicate by
+that makes it (sessions.sql, memories.sql); a trigger on outbox_events gives each one a
+delivery per subscriber that wants its type. Delivery is at-least-once: a delivery is
+claimed with SKIP LOCKED (so two replicas never post the same one at the same time), posted
+signed (app/events/signing.py), and retried with exponential backoff and jitter until it
+succeeds or runs out of attempts (then it is ``dead``). Receivers de-duplicate by
 ``X-Switchboard-Event-Id``.
 """
 

@@ -10,12 +10,10 @@ from litestar.params import FromPath, QueryParameter
 from litestar.status_codes import HTTP_200_OK
 
 from app.auth.guards import admin_only
-from app.common.pagination import DEFAULT_LIMIT, MAX_LIMIT
+from app.common.pagination import DEFAULT_LIMIT, PageCursor, PageLimit
 from app.jobs.schemas import JobInfo, JobRun, JobRunPage
 from app.jobs.service import JobService
 
-Limit = Annotated[int, QueryParameter(ge=1, le=MAX_LIMIT)]
-Cursor = Annotated[str | None, QueryParameter(max_length=512)]
 Jobs = NamedDependency[JobService]
 
 
@@ -36,8 +34,8 @@ class JobController(Controller):
         self,
         name: FromPath[str],
         job_service: Jobs,
-        limit: Limit = DEFAULT_LIMIT,
-        cursor: Cursor = None,
+        limit: PageLimit = DEFAULT_LIMIT,
+        cursor: PageCursor = None,
     ) -> JobRunPage:
         """Runs newest first, with rows affected, status and errors."""
         return await job_service.runs(name, limit, cursor)

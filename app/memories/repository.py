@@ -403,7 +403,7 @@ async def count_expired(conn: Connection, now: datetime) -> int:
 
 async def archive_expired_patterns(conn: Connection, now: datetime, limit: int) -> int:
     """One batch of expired interaction patterns moved to the memory archive."""
-    return len(await conn.fetch(Q.archive_interaction_patterns, now, limit))
+    return int(await conn.fetchval(Q.archive_interaction_patterns, now, limit))
 
 
 async def count_expired_patterns(conn: Connection, now: datetime) -> int:
@@ -413,7 +413,7 @@ async def count_expired_patterns(conn: Connection, now: datetime) -> int:
 
 async def purge_archive(conn: Connection, before: datetime, now: datetime, limit: int) -> int:
     """One batch of archived memories archived before ``before``, gone for good."""
-    return len(await conn.fetch(Q.purge_memory_archive, before, now, limit))
+    return int(await conn.fetchval(Q.purge_memory_archive, before, now, limit))
 
 
 async def count_purgeable_archive(conn: Connection, before: datetime) -> int:

@@ -15,12 +15,11 @@ from litestar.params import (
     HeaderParameter,
     JSONBody,
     PathParameter,
-    QueryParameter,
 )
 from litestar.status_codes import HTTP_201_CREATED, HTTP_304_NOT_MODIFIED
 
 from app.auth.principal import Principal
-from app.common.pagination import DEFAULT_LIMIT, MAX_LIMIT
+from app.common.pagination import DEFAULT_LIMIT, PageCursor, PageLimit
 from app.common.preconditions import body_base_version, etag, required_base_versions
 from app.sessions.lifecycle import SessionLifecycle
 from app.sessions.schemas import (
@@ -43,10 +42,6 @@ IfMatch = Annotated[
         required=False,
         description='The version this write is based on, as an ETag: "3".',
     ),
-]
-Limit = Annotated[int, QueryParameter(ge=1, le=MAX_LIMIT, description="Page size.")]
-Cursor = Annotated[
-    str | None, QueryParameter(max_length=512, description="next_cursor of the previous page.")
 ]
 ETAG_HEADER = [
     ResponseHeader(name="ETag", description="The session version.", documentation_only=True)
@@ -194,8 +189,8 @@ class SessionController(Controller):
         self,
         session_id: FromPath[UUID],
         session_service: NamedDependency[SessionService],
-        limit: Limit = DEFAULT_LIMIT,
-        cursor: Cursor = None,
+        limit: PageLimit = DEFAULT_LIMIT,
+        cursor: PageCursor = None,
     ) -> SessionVersionPage:
         """Committed versions, newest first."""
         return await session_service.list_versions(session_id, limit, cursor)
@@ -223,8 +218,8 @@ class UserSessionsController(Controller):
         user_id: FromPath[UUID],
         session_service: NamedDependency[SessionService],
         status: FromQuery[SessionStatus | None] = None,
-        limit: Limit = DEFAULT_LIMIT,
-        cursor: Cursor = None,
+        limit: PageLimit = DEFAULT_LIMIT,
+        cursor: PageCursor = None,
     ) -> SessionPage:
         """Newest first, keyset-paginated; ``status`` filters."""
         return await session_service.list_user_sessions(user_id, status, limit, cursor)

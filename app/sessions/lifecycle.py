@@ -107,8 +107,8 @@ class SessionLifecycle:
         """Bring an expired or archived session back, with its history, within the window."""
         now = self._clock.now()
         async with self._db.transaction() as conn:
-            archived = await repo.lock_archived_session(conn, session_id)
-            if archived is None or archived.restorable_until < now:
+            archived = await repo.lock_restorable_session(conn, session_id, now)
+            if archived is None:
                 if await repo.session_exists(conn, session_id):
                     raise Conflict(f"Session {session_id} is live; there is nothing to restore.")
                 raise NotFound(

@@ -261,7 +261,7 @@ async def archive_expired(
     conn: Connection, now: datetime, restorable_until: datetime, limit: int
 ) -> int:
     """One batch of expired sessions moved to the archive, with their events."""
-    return len(await conn.fetch(Q.archive_expired_sessions, now, restorable_until, limit))
+    return int(await conn.fetchval(Q.archive_expired_sessions, now, restorable_until, limit))
 
 
 async def count_expired(conn: Connection, now: datetime) -> int:
@@ -277,8 +277,8 @@ async def archive_completed(
     limit: int,
 ) -> int:
     """One batch of sessions completed before ``completed_before`` moved to the archive."""
-    return len(
-        await conn.fetch(
+    return int(
+        await conn.fetchval(
             Q.archive_completed_sessions, now, completed_before, restorable_until, limit
         )
     )
@@ -301,28 +301,26 @@ async def count_purgeable_archive(conn: Connection, now: datetime) -> int:
 
 @dataclass(frozen=True, slots=True)
 class ArchivedSession:
-    """An archived session: its row and history as JSON, and until when it may return."""
+    """An archived session: its row and history as JSON, and why it was archived."""
 
     session_id: UUID
-    user_id: UUID
     reason: str
     session: dict[str, Any]
     versions: list[dict[str, Any]]
-    restorable_until: datetime
 
 
-async def lock_archived_session(conn: Connection, session_id: UUID) -> ArchivedSession | None:
-    """The archived session, row-locked for a restore."""
-    row = await conn.fetchrow(Q.lock_archived_session, session_id)
+async def lock_restorable_session(
+    conn: Connection, session_id: UUID, now: datetime
+) -> ArchivedSession | None:
+    """The archived session, row-locked for a restore, if its recovery window is open."""
+    row = await conn.fetchrow(Q.lock_restorable_session, session_id, now)
     if row is None:
         return None
     return ArchivedSession(
         session_id=row["session_id"],
-        user_id=row["user_id"],
         reason=row["reason"],
         session=row["session"],
         versions=row["versions"],
-        restorable_until=row["restorable_until"],
     )
 
 
@@ -339,14 +337,6 @@ async def restore_session(
     await conn.execute(Q.restore_session_row, archived.session)
     await conn.execute(Q.restore_session_versions, archived.versions)
     await conn.execute(Q.delete_archived_session, archived.session_id)
-    await conn.execute(Q.restart_restored_session, archived.session_id, expires_at, now)
     await conn.execute(
-        Q.emit_event,
-        "session.restored",
-        {
-            "session_id": str(archived.session_id),
-            "user_id": str(archived.user_id),
-            "reason": archived.reason,
-        },
-        now,
+        Q.restart_restored_session, archived.session_id, expires_at, now, archived.reason
     )

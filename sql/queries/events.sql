@@ -64,21 +64,13 @@ WHERE event_id = $1
 RETURNING subscription_id
 
 -- name: purge_events
--- Job 7: events older than their retention whose deliveries are all over (delivered or
--- dead), with those deliveries (ON DELETE CASCADE). An event still being retried stays.
--- Deliveries are created with their event, so an old event never gains a pending one.
+-- Events older than their retention whose deliveries are all over (outbox_events_settled),
+-- with those deliveries (ON DELETE CASCADE). Picked by id: the set the function returns
+-- has no ctid. $1 created before, $2 batch size.
 DELETE FROM outbox_events
-WHERE ctid = ANY(ARRAY(
-        SELECT e.ctid FROM outbox_events e
-        WHERE e.created_at < $1
-          AND NOT EXISTS (SELECT 1 FROM event_deliveries d
-                          WHERE d.event_id = e.event_id AND d.status = 'pending')
-        ORDER BY e.created_at LIMIT $2))
-  AND created_at < $1
+WHERE event_id = ANY(ARRAY(
+        SELECT event_id FROM outbox_events_settled($1) ORDER BY created_at LIMIT $2))
 RETURNING event_id
 
 -- name: count_purgeable_events
-SELECT count(*) FROM outbox_events e
-WHERE e.created_at < $1
-  AND NOT EXISTS (SELECT 1 FROM event_deliveries d
-                  WHERE d.event_id = e.event_id AND d.status = 'pending')
+SELECT count(*) FROM outbox_events_settled($1)

@@ -41,14 +41,14 @@ SELECT DISTINCT ON (job_name) * FROM job_runs
 ORDER BY job_name, started_at DESC, run_id DESC
 
 -- name: purge_job_runs
--- Job 7: finished runs older than their retention (their slots are long past, so no
--- replica will try to claim them again). A running claim is never removed.
-DELETE FROM job_runs
+-- Finished runs older than their retention (their slots are long past, so no replica will
+-- try to claim them again); a running claim is never removed. Picked by ctid without
+-- locking first, like the other purges. $1 started before, $2 batch size.
+DELETE FROM job_runs r
 WHERE ctid = ANY(ARRAY(
-        SELECT ctid FROM job_runs WHERE status <> 'running' AND started_at < $1
-        ORDER BY started_at LIMIT $2))
-  AND status <> 'running' AND started_at < $1
+        SELECT ctid FROM job_runs x WHERE job_run_lapsed(x, $1) ORDER BY started_at LIMIT $2))
+  AND job_run_lapsed(r, $1)
 RETURNING run_id
 
 -- name: count_purgeable_job_runs
-SELECT count(*) FROM job_runs WHERE status <> 'running' AND started_at < $1
+SELECT count(*) FROM job_runs r WHERE job_run_lapsed(r, $1)

@@ -99,18 +99,13 @@ FOR UPDATE OF m
 -- leaves now, the way the retention job would take it (interaction patterns to the
 -- archive, the rest deleted), so the key is free for a new memory. $4 now.
 WITH gone AS (
-    DELETE FROM memories
-    WHERE user_id = $1 AND category = $2 AND key = $3 AND expires_at <= $4
+    DELETE FROM memories m
+    WHERE m.user_id = $1 AND m.category = $2 AND m.key = $3 AND NOT memory_live(m, $4)
     RETURNING *
 ), archived AS (
-    INSERT INTO memory_archive (memory_id, user_id, session_id, agent_name, memory_type,
-                                category, key, content, content_size, access_level, version,
-                                created_at, updated_at, expires_at, archived_at)
-    SELECT memory_id, user_id, session_id, agent_name, memory_type, category, key, content,
-           content_size, access_level, version, created_at, updated_at, expires_at,
-           $4::timestamptz
-    FROM gone
-    WHERE category = 'interaction_patterns'
+    INSERT INTO memory_archive
+    SELECT a.* FROM gone g, memory_archived(g, $4) a
+    WHERE memory_archived_when_expired(g)
     ON CONFLICT (memory_id) DO NOTHING
 )
 SELECT count(*) FROM gone
@@ -262,67 +257,56 @@ SELECT m.* FROM memories m
 WHERE m.user_id = $1 AND m.category = $2 AND m.key = $3
   AND memory_readable(m, $4, $7, ARRAY(SELECT memory_readable_levels($5, $6)))
 
--- Retention (app/memories/retention.py, run by the jobs): expired memories go, old
+-- Retention (app/memories/retention.py, run by the jobs): expired memories go, expired
 -- interaction patterns move to the archive, the archive and the access audit trail are
--- purged after their retention.
+-- purged after their retention. Which rows each sweep takes is one predicate in
+-- schema.sql, called by its batch and by its dry-run count; each user whose memories went
+-- is told in the statement that took them (memory_purged_notice, with what the batch took
+-- counted per user and category), and only while someone subscribes (event_subscribed): a
+-- batch nobody listens to counts nothing.
 
 -- name: delete_expired_memories
--- Job 5a: memories past their expiry go (interaction patterns are archived instead, 5b).
--- Batches walk the expiry index in order. Each finds the expiry $2 rows further on, deletes
--- everything up to and including that instant (so a batch is short only when the sweep is
--- done; rows sharing that instant all go in this batch) and returns how many it took and
--- the instant it reached; the next batch starts after it ($3, NULL for the first), so no
--- batch steps over rows that earlier ones deleted. No rows are locked first: a row updated
--- meanwhile is re-checked by the DELETE against its new expiry. $1 now, $2 batch size.
--- Each user whose memories went is told in this same statement, so the notice commits or
--- rolls back with the deletion: one memory.purged event per user and batch, with the
--- counts per category (a notifier wants one notice per user, not job totals). A batch can
--- touch 20,000 users, so these events are written only while someone subscribes to them
--- (an event without a subscriber has no delivery and is never listed or sent anyway).
+-- Expired memories go (interaction patterns are archived instead, below). Batches walk the
+-- expiry index in order. Each finds the expiry $2 rows further on, deletes everything up
+-- to and including that instant (so a batch is short only when the sweep is done; rows
+-- sharing that instant all go in this batch) and returns how many it took and the instant
+-- it reached; the next batch starts after it ($3, NULL for the first), so no batch steps
+-- over rows that earlier ones deleted. No rows are locked first: a row updated meanwhile
+-- is re-checked by the DELETE against its new expiry. $1 now, $2 batch size. The users
+-- whose memories went are told in this same statement, so the notice commits or rolls
+-- back with the deletion: one memory.purged per user and batch, with the counts per
+-- category (a notifier wants one notice per user, not job totals).
 WITH reach AS (
     SELECT coalesce(
-        (SELECT expires_at FROM memories
-         WHERE expires_at < $1 AND expires_at > coalesce($3::timestamptz, '-infinity')
-           AND category <> 'interaction_patterns'
+        (SELECT expires_at FROM memories m
+         WHERE memory_expired_to_delete(m, $1)
+           AND expires_at > coalesce($3::timestamptz, '-infinity')
          ORDER BY expires_at
          OFFSET $2 - 1 LIMIT 1),
         $1) AS upto
 ), gone AS (
-    DELETE FROM memories
-    WHERE expires_at <= (SELECT upto FROM reach)
+    DELETE FROM memories m
+    WHERE memory_expired_to_delete(m, $1)
       AND expires_at > coalesce($3::timestamptz, '-infinity')
-      AND expires_at < $1 AND category <> 'interaction_patterns'
+      AND expires_at <= (SELECT upto FROM reach)
     RETURNING user_id, category
-), per_category AS (
-    SELECT user_id, category, count(*) AS n FROM gone GROUP BY user_id, category
-), events AS (
-    INSERT INTO outbox_events (event_type, payload, created_at)
-    SELECT 'memory.purged',
-           jsonb_build_object('user_id', user_id, 'action', 'deleted', 'count', sum(n),
-                              'categories', jsonb_object_agg(category, n)),
-           $1::timestamptz
-    FROM per_category
-    WHERE EXISTS (SELECT 1 FROM subscriptions
-                  WHERE disabled_at IS NULL AND 'memory.purged' = ANY (event_types))
-    GROUP BY user_id
-    RETURNING event_id, event_type
-), deliveries AS (
-    INSERT INTO event_deliveries (event_id, subscription_id, next_attempt_at)
-    SELECT e.event_id, sub.subscription_id, $1::timestamptz
-    FROM events e JOIN subscriptions sub
-      ON sub.disabled_at IS NULL AND e.event_type = ANY (sub.event_types)
 )
-SELECT (SELECT count(*) FROM gone) AS taken, (SELECT upto FROM reach) AS reached
+SELECT count(*) AS taken, (SELECT upto FROM reach) AS reached,
+       (SELECT memory_purged_notice(array_agg(user_id), array_agg(category), array_agg(n),
+                                    'deleted', $1)
+        FROM (SELECT user_id, category, count(*) AS n FROM gone
+              WHERE event_subscribed('memory.purged') GROUP BY user_id, category) taken) AS told
+FROM gone
 
 -- name: count_expired_memories
-SELECT count(*) FROM memories WHERE expires_at < $1 AND category <> 'interaction_patterns'
+SELECT count(*) FROM memories m WHERE memory_expired_to_delete(m, $1)
 
 -- name: archive_interaction_patterns
--- Job 5b: interaction patterns past their retention move to memory_archive; each user
--- whose patterns moved is told (memory.purged, action 'archived'). $1 now, $2 batch size.
+-- Expired interaction patterns move to memory_archive; each user whose patterns moved is
+-- told (memory.purged, action 'archived'). $1 now, $2 batch size.
 WITH picked AS (
-    SELECT memory_id FROM memories
-    WHERE expires_at < $1 AND category = 'interaction_patterns'
+    SELECT memory_id FROM memories m
+    WHERE memory_expired_to_archive(m, $1)
     ORDER BY expires_at
     LIMIT $2
     FOR UPDATE SKIP LOCKED
@@ -330,82 +314,52 @@ WITH picked AS (
     DELETE FROM memories m USING picked WHERE m.memory_id = picked.memory_id
     RETURNING m.*
 ), archived AS (
-    INSERT INTO memory_archive (memory_id, user_id, session_id, agent_name, memory_type,
-                                category, key, content, content_size, access_level, version,
-                                created_at, updated_at, expires_at, archived_at)
-    SELECT memory_id, user_id, session_id, agent_name, memory_type, category, key, content,
-           content_size, access_level, version, created_at, updated_at, expires_at,
-           $1::timestamptz
-    FROM moved
+    INSERT INTO memory_archive
+    SELECT a.* FROM moved m, memory_archived(m, $1) a
     ON CONFLICT (memory_id) DO NOTHING
-    RETURNING memory_id, user_id, category
-), per_category AS (
-    SELECT user_id, category, count(*) AS n FROM archived GROUP BY user_id, category
-), events AS (
-    INSERT INTO outbox_events (event_type, payload, created_at)
-    SELECT 'memory.purged',
-           jsonb_build_object('user_id', user_id, 'action', 'archived', 'count', sum(n),
-                              'categories', jsonb_object_agg(category, n)),
-           $1::timestamptz
-    FROM per_category
-    WHERE EXISTS (SELECT 1 FROM subscriptions
-                  WHERE disabled_at IS NULL AND 'memory.purged' = ANY (event_types))
-    GROUP BY user_id
-    RETURNING event_id, event_type
-), deliveries AS (
-    INSERT INTO event_deliveries (event_id, subscription_id, next_attempt_at)
-    SELECT e.event_id, sub.subscription_id, $1::timestamptz
-    FROM events e JOIN subscriptions sub
-      ON sub.disabled_at IS NULL AND e.event_type = ANY (sub.event_types)
+    RETURNING user_id, category
 )
-SELECT memory_id FROM archived
+SELECT count(*) AS taken,
+       (SELECT memory_purged_notice(array_agg(user_id), array_agg(category), array_agg(n),
+                                    'archived', $1)
+        FROM (SELECT user_id, category, count(*) AS n FROM archived
+              WHERE event_subscribed('memory.purged') GROUP BY user_id, category) taken) AS told
+FROM archived
 
 -- name: count_archivable_patterns
-SELECT count(*) FROM memories WHERE expires_at < $1 AND category = 'interaction_patterns'
+SELECT count(*) FROM memories m WHERE memory_expired_to_archive(m, $1)
 
 -- name: purge_memory_archive
--- Job 5c: archived memories older than the archive retention are purged (picked by ctid,
--- as in delete_expired_memories); each user whose archive shrank is told (memory.purged,
--- action 'archive_purged'). $1 archived before, $2 now, $3 batch size.
+-- Archived memories older than the archive retention are purged (picked by ctid, without
+-- locking first, as the session archive's purge); each user whose archive shrank is told
+-- (memory.purged, action 'archive_purged'). $1 archived before, $2 now, $3 batch size.
 WITH gone AS (
-    DELETE FROM memory_archive
+    DELETE FROM memory_archive a
     WHERE ctid = ANY(ARRAY(
-            SELECT ctid FROM memory_archive WHERE archived_at < $1
+            SELECT ctid FROM memory_archive x WHERE memory_archive_lapsed(x, $1)
             ORDER BY archived_at LIMIT $3))
-      AND archived_at < $1
-    RETURNING memory_id, user_id, category
-), per_category AS (
-    SELECT user_id, category, count(*) AS n FROM gone GROUP BY user_id, category
-), events AS (
-    INSERT INTO outbox_events (event_type, payload, created_at)
-    SELECT 'memory.purged',
-           jsonb_build_object('user_id', user_id, 'action', 'archive_purged', 'count', sum(n),
-                              'categories', jsonb_object_agg(category, n)),
-           $2::timestamptz
-    FROM per_category
-    WHERE EXISTS (SELECT 1 FROM subscriptions
-                  WHERE disabled_at IS NULL AND 'memory.purged' = ANY (event_types))
-    GROUP BY user_id
-    RETURNING event_id, event_type
-), deliveries AS (
-    INSERT INTO event_deliveries (event_id, subscription_id, next_attempt_at)
-    SELECT e.event_id, sub.subscription_id, $2::timestamptz
-    FROM events e JOIN subscriptions sub
-      ON sub.disabled_at IS NULL AND e.event_type = ANY (sub.event_types)
+      AND memory_archive_lapsed(a, $1)
+    RETURNING user_id, category
 )
-SELECT memory_id FROM gone
+SELECT count(*) AS taken,
+       (SELECT memory_purged_notice(array_agg(user_id), array_agg(category), array_agg(n),
+                                    'archive_purged', $2)
+        FROM (SELECT user_id, category, count(*) AS n FROM gone
+              WHERE event_subscribed('memory.purged') GROUP BY user_id, category) taken) AS told
+FROM gone
 
 -- name: count_purgeable_memory_archive
-SELECT count(*) FROM memory_archive WHERE archived_at < $1
+SELECT count(*) FROM memory_archive a WHERE memory_archive_lapsed(a, $1)
 
 -- name: purge_access_log
--- Job 7 (housekeeping): the memory access audit trail older than its retention, picked by
--- ctid like the other purges. $1 cut-off, $2 batch size.
-DELETE FROM memory_access_log
+-- The memory access audit trail older than its retention, picked by ctid like the other
+-- purges. $1 cut-off, $2 batch size.
+DELETE FROM memory_access_log l
 WHERE ctid = ANY(ARRAY(
-        SELECT ctid FROM memory_access_log WHERE at < $1 ORDER BY at LIMIT $2))
-  AND at < $1
+        SELECT ctid FROM memory_access_log x WHERE memory_access_lapsed(x, $1)
+        ORDER BY at LIMIT $2))
+  AND memory_access_lapsed(l, $1)
 RETURNING log_id
 
 -- name: count_purgeable_access_log
-SELECT count(*) FROM memory_access_log WHERE at < $1
+SELECT count(*) FROM memory_access_log l WHERE memory_access_lapsed(l, $1)

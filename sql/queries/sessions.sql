@@ -85,22 +85,18 @@ WITH updated AS (
 SELECT updated.*, (SELECT decision_id FROM decided) AS decision_id FROM updated
 
 -- name: touch_session
--- Heartbeat: records activity, wakes an idle session, and keeps a session with a running
--- process alive for at least the extension period. Not a content change: no new version.
--- Completed and expired sessions are left alone (no row back).
-UPDATE session_coordination
+-- Heartbeat: records activity, wakes an idle session, and keeps a session running a process
+-- alive for at least the extension period. Not a content change: no new version. A
+-- completed session is left alone (no row back).
+UPDATE session_coordination s
 SET last_activity_at = $2,
-    status = CASE WHEN status = 'idle' THEN 'active' ELSE status END,
+    status = CASE WHEN s.status = 'idle' THEN 'active' ELSE s.status END,
     expires_at = CASE
-        WHEN session_state ->> 'active_process' IS NOT NULL
-            THEN greatest(expires_at, $2::timestamptz + $3::interval)
-        ELSE expires_at
+        WHEN session_running(s) THEN greatest(s.expires_at, $2::timestamptz + $3::interval)
+        ELSE s.expires_at
     END,
-    expiry_warned_at = CASE
-        WHEN session_state ->> 'active_process' IS NOT NULL THEN NULL
-        ELSE expiry_warned_at
-    END
-WHERE session_id = $1 AND status NOT IN ('completed', 'expired')
+    expiry_warned_at = CASE WHEN session_running(s) THEN NULL ELSE s.expiry_warned_at END
+WHERE s.session_id = $1 AND session_open(s)
 RETURNING *
 
 -- name: list_user_sessions
@@ -128,17 +124,16 @@ WHERE session_id = $1 AND version = $2
 
 -- What time does to sessions (app/sessions/lifecycle.py, run by the jobs), and the
 -- archive: expired and long-completed sessions leave the live tables with their history and
--- can be restored for the recovery window. Every batch statement locks its rows with FOR
--- UPDATE SKIP LOCKED, so a sweep never waits for (or blocks) an API writer holding one of
--- them; that row is simply taken next time.
+-- can be restored for the recovery window. Which rows a sweep takes is one predicate in
+-- schema.sql (session_goes_idle, session_expired, ...), called by its batch and by its
+-- dry-run count. Every batch locks its rows with FOR UPDATE SKIP LOCKED, so a sweep never
+-- waits for (or blocks) an API writer holding one of them; that row is taken next time.
 
 -- name: idle_inactive_sessions
--- Job 1: active sessions quiet for too long become idle (a running process is never idled).
--- $1 idle threshold (inactive since before), $2 batch size.
+-- Active sessions quiet for too long become idle. $1 inactive before, $2 batch size.
 WITH picked AS (
-    SELECT session_id FROM session_coordination
-    WHERE status = 'active' AND last_activity_at < $1
-      AND NOT preserve AND session_state ->> 'active_process' IS NULL
+    SELECT session_id FROM session_coordination s
+    WHERE session_goes_idle(s, $1)
     ORDER BY last_activity_at
     LIMIT $2
     FOR UPDATE SKIP LOCKED
@@ -150,20 +145,16 @@ WHERE s.session_id = picked.session_id
 RETURNING s.session_id
 
 -- name: count_inactive_sessions
-SELECT count(*) FROM session_coordination
-WHERE status = 'active' AND last_activity_at < $1
-  AND NOT preserve AND session_state ->> 'active_process' IS NULL
+SELECT count(*) FROM session_coordination s WHERE session_goes_idle(s, $1)
 
 -- name: extend_active_processes
--- Job 2: sessions whose process moved in the last window live on: expiry = now + extension,
+-- Sessions whose process moved in the last window live on: expiry = now + extension,
 -- recorded as a version. Only sessions whose expiry is nearer than half the extension are
--- touched, so a busy session gets a new version every couple of hours, not every run.
--- $1 now, $2 updated since, $3 new expiry, $4 extend if expiring before, $5 batch size.
+-- touched, so a busy session is written every couple of hours, not every run.
+-- $1 now, $2 moved since, $3 new expiry, $4 extend if expiring before, $5 batch size.
 WITH picked AS (
-    SELECT session_id FROM session_coordination
-    WHERE session_state ->> 'active_process' IS NOT NULL
-      AND updated_at > $2 AND expires_at < $4
-      AND status NOT IN ('completed', 'expired')
+    SELECT session_id FROM session_coordination s
+    WHERE session_extendable(s, $2, $4)
     ORDER BY expires_at
     LIMIT $5
     FOR UPDATE SKIP LOCKED
@@ -179,18 +170,14 @@ SELECT v.* FROM extended e, session_version(e, 'scheduler', 'expiry_extended', $
 RETURNING session_id
 
 -- name: count_extendable_sessions
-SELECT count(*) FROM session_coordination
-WHERE session_state ->> 'active_process' IS NOT NULL
-  AND updated_at > $1 AND expires_at < $2 AND status NOT IN ('completed', 'expired')
+SELECT count(*) FROM session_coordination s WHERE session_extendable(s, $1, $2)
 
 -- name: warn_expiring_sessions
--- Job 6: sessions that will expire within the warning window, told once.
+-- Sessions that will expire within the warning window, told once (session.expiring).
 -- $1 now, $2 window end, $3 batch size.
 WITH picked AS (
-    SELECT session_id FROM session_coordination
-    WHERE expires_at > $1 AND expires_at <= $2 AND expiry_warned_at IS NULL
-      AND NOT preserve AND session_state ->> 'active_process' IS NULL
-      AND status NOT IN ('completed', 'expired')
+    SELECT session_id FROM session_coordination s
+    WHERE session_expiring(s, $1, $2)
     ORDER BY expires_at
     LIMIT $3
     FOR UPDATE SKIP LOCKED
@@ -200,150 +187,67 @@ WITH picked AS (
     FROM picked
     WHERE s.session_id = picked.session_id
     RETURNING s.session_id, s.user_id, s.session_type, s.expires_at
-), events AS (
+), told AS (
     INSERT INTO outbox_events (event_type, payload, created_at)
     SELECT 'session.expiring',
            jsonb_build_object('session_id', session_id, 'user_id', user_id,
                               'session_type', session_type, 'expires_at', expires_at),
            $1::timestamptz
     FROM warned
-    RETURNING event_id, event_type
-), deliveries AS (
-    INSERT INTO event_deliveries (event_id, subscription_id, next_attempt_at)
-    SELECT e.event_id, sub.subscription_id, $1::timestamptz
-    FROM events e JOIN subscriptions sub
-      ON sub.disabled_at IS NULL AND e.event_type = ANY (sub.event_types)
 )
 SELECT session_id FROM warned
 
 -- name: count_expiring_sessions
-SELECT count(*) FROM session_coordination
-WHERE expires_at > $1 AND expires_at <= $2 AND expiry_warned_at IS NULL
-  AND NOT preserve AND session_state ->> 'active_process' IS NULL
-  AND status NOT IN ('completed', 'expired')
+SELECT count(*) FROM session_coordination s WHERE session_expiring(s, $1, $2)
 
 -- name: archive_expired_sessions
--- Job 3: expired sessions with no running process (and not preserved) leave the live
--- tables; the row and its history are kept in session_archive for the recovery window, and
--- session.expired is emitted, all in this one statement. Completed sessions are not this
--- job's: they are kept for the completed retention and then archived by job 4.
--- $1 now, $2 restorable until, $3 batch size.
-WITH picked AS (
-    SELECT session_id FROM session_coordination
-    WHERE expires_at < $1 AND NOT preserve AND session_state ->> 'active_process' IS NULL
-      AND status <> 'completed'
+-- Expired sessions leave the live tables for the archive, restorable for the recovery
+-- window (session_archive_move: the row, its history and session.expired in one
+-- statement). Picked oldest expiry first through the expiry index; archival picks its own
+-- way (below). $1 now, $2 restorable until, $3 batch size.
+SELECT session_archive_move(ARRAY(
+    SELECT session_id FROM session_coordination s
+    WHERE session_expired(s, $1)
     ORDER BY expires_at
     LIMIT $3
-    FOR UPDATE SKIP LOCKED
-), archived AS (
-    INSERT INTO session_archive (session_id, user_id, reason, session, versions, archived_at,
-                                 restorable_until)
-    SELECT s.session_id, s.user_id, 'expired', to_jsonb(s),
-           coalesce((SELECT jsonb_agg(to_jsonb(v) ORDER BY v.version)
-                     FROM session_state_versions v WHERE v.session_id = s.session_id), '[]'),
-           $1::timestamptz, $2::timestamptz
-    FROM session_coordination s JOIN picked USING (session_id)
-    ON CONFLICT (session_id) DO UPDATE
-    SET reason = excluded.reason, session = excluded.session, versions = excluded.versions,
-        archived_at = excluded.archived_at, restorable_until = excluded.restorable_until
-    RETURNING session_id, user_id, restorable_until
-), events AS (
-    INSERT INTO outbox_events (event_type, payload, created_at)
-    SELECT 'session.expired',
-           jsonb_build_object('session_id', session_id, 'user_id', user_id,
-                              'restorable_until', restorable_until),
-           $1::timestamptz
-    FROM archived
-    RETURNING event_id, event_type
-), deliveries AS (
-    INSERT INTO event_deliveries (event_id, subscription_id, next_attempt_at)
-    SELECT e.event_id, sub.subscription_id, $1::timestamptz
-    FROM events e JOIN subscriptions sub
-      ON sub.disabled_at IS NULL AND e.event_type = ANY (sub.event_types)
-)
-DELETE FROM session_coordination s
-USING archived
-WHERE s.session_id = archived.session_id
-RETURNING s.session_id
+    FOR UPDATE SKIP LOCKED), 'expired', $1, $2)
 
 -- name: count_expired_sessions
-SELECT count(*) FROM session_coordination
-WHERE expires_at < $1 AND NOT preserve AND session_state ->> 'active_process' IS NULL
-  AND status <> 'completed'
+SELECT count(*) FROM session_coordination s WHERE session_expired(s, $1)
 
 -- name: archive_completed_sessions
--- Job 4: completed sessions older than the retention leave the live tables (with their
--- history) in one transaction. $1 now, $2 completed before, $3 restorable until, $4 batch.
-WITH picked AS (
-    SELECT session_id FROM session_coordination
-    WHERE status = 'completed' AND coalesce(completed_at, created_at) < $2 AND NOT preserve
+-- Sessions completed longer ago than the retention leave for the archive with their
+-- history (session.archived). $1 now, $2 completed before, $3 restorable until, $4 batch.
+SELECT session_archive_move(ARRAY(
+    SELECT session_id FROM session_coordination s
+    WHERE session_archivable(s, $2)
     ORDER BY completed_at
     LIMIT $4
-    FOR UPDATE SKIP LOCKED
-), archived AS (
-    INSERT INTO session_archive (session_id, user_id, reason, session, versions, archived_at,
-                                 restorable_until)
-    SELECT s.session_id, s.user_id, 'completed', to_jsonb(s),
-           coalesce((SELECT jsonb_agg(to_jsonb(v) ORDER BY v.version)
-                     FROM session_state_versions v WHERE v.session_id = s.session_id), '[]'),
-           $1::timestamptz, $3::timestamptz
-    FROM session_coordination s JOIN picked USING (session_id)
-    ON CONFLICT (session_id) DO UPDATE
-    SET reason = excluded.reason, session = excluded.session, versions = excluded.versions,
-        archived_at = excluded.archived_at, restorable_until = excluded.restorable_until
-    RETURNING session_id, user_id, restorable_until
-), events AS (
-    INSERT INTO outbox_events (event_type, payload, created_at)
-    SELECT 'session.archived',
-           jsonb_build_object('session_id', session_id, 'user_id', user_id,
-                              'restorable_until', restorable_until),
-           $1::timestamptz
-    FROM archived
-    RETURNING event_id, event_type
-), deliveries AS (
-    INSERT INTO event_deliveries (event_id, subscription_id, next_attempt_at)
-    SELECT e.event_id, sub.subscription_id, $1::timestamptz
-    FROM events e JOIN subscriptions sub
-      ON sub.disabled_at IS NULL AND e.event_type = ANY (sub.event_types)
-)
-DELETE FROM session_coordination s
-USING archived
-WHERE s.session_id = archived.session_id
-RETURNING s.session_id
+    FOR UPDATE SKIP LOCKED), 'completed', $1, $3)
 
 -- name: count_archivable_sessions
-SELECT count(*) FROM session_coordination
-WHERE status = 'completed' AND coalesce(completed_at, created_at) < $1 AND NOT preserve
+SELECT count(*) FROM session_coordination s WHERE session_archivable(s, $1)
 
 -- name: purge_session_archive
 -- Archived sessions past their recovery window are gone for good. $1 now, $2 batch size.
--- Picked by ctid, as in delete_expired_memories: a restore racing the purge either wins
--- (the row is gone when the DELETE re-checks it) or finds nothing to restore.
-DELETE FROM session_archive
+-- Picked by ctid without locking first (locking writes every row once more): a restore
+-- racing the purge either wins (the row is gone, or has a new ctid, when the DELETE
+-- re-checks it) or finds nothing to restore.
+DELETE FROM session_archive a
 WHERE ctid = ANY(ARRAY(
-        SELECT ctid FROM session_archive WHERE restorable_until < $1
+        SELECT ctid FROM session_archive x WHERE session_archive_lapsed(x, $1)
         ORDER BY restorable_until LIMIT $2))
-  AND restorable_until < $1
+  AND session_archive_lapsed(a, $1)
 RETURNING session_id
 
 -- name: count_purgeable_session_archive
-SELECT count(*) FROM session_archive WHERE restorable_until < $1
+SELECT count(*) FROM session_archive a WHERE session_archive_lapsed(a, $1)
 
--- name: emit_event
-WITH events AS (
-    INSERT INTO outbox_events (event_type, payload, created_at)
-    VALUES ($1, $2, $3)
-    RETURNING event_id, event_type
-), deliveries AS (
-    INSERT INTO event_deliveries (event_id, subscription_id, next_attempt_at)
-    SELECT e.event_id, sub.subscription_id, $3::timestamptz
-    FROM events e JOIN subscriptions sub
-      ON sub.disabled_at IS NULL AND e.event_type = ANY (sub.event_types)
-)
-SELECT event_id FROM events
-
--- name: lock_archived_session
-SELECT * FROM session_archive WHERE session_id = $1 FOR UPDATE
+-- name: lock_restorable_session
+-- An archived session that may still be restored at $2, row-locked for the restore.
+SELECT * FROM session_archive a
+WHERE a.session_id = $1 AND NOT session_archive_lapsed(a, $2)
+FOR UPDATE
 
 -- name: restore_session_row
 INSERT INTO session_coordination
@@ -358,12 +262,22 @@ DELETE FROM session_archive WHERE session_id = $1
 
 -- name: restart_restored_session
 -- A restored session lives again: a fresh expiry, no pending warning; an expired one is
--- active again (a completed one stays completed).
-UPDATE session_coordination
-SET expires_at = $2, expiry_warned_at = NULL, last_activity_at = $3,
-    status = CASE WHEN status = 'completed' THEN status ELSE 'active' END
-WHERE session_id = $1
-RETURNING session_id
+-- active again (a completed one stays completed). Subscribers are told (session.restored,
+-- with why it had been archived: $4). $2 expires at, $3 now.
+WITH restarted AS (
+    UPDATE session_coordination s
+    SET expires_at = $2, expiry_warned_at = NULL, last_activity_at = $3,
+        status = CASE WHEN session_open(s) THEN 'active' ELSE s.status END
+    WHERE s.session_id = $1
+    RETURNING s.session_id, s.user_id
+), told AS (
+    INSERT INTO outbox_events (event_type, payload, created_at)
+    SELECT 'session.restored',
+           jsonb_build_object('session_id', session_id, 'user_id', user_id, 'reason', $4::text),
+           $3::timestamptz
+    FROM restarted
+)
+SELECT session_id FROM restarted
 
 -- name: session_exists
 SELECT EXISTS (SELECT 1 FROM session_coordination WHERE session_id = $1)

@@ -463,12 +463,13 @@ async def test_housekeeping_purges_what_the_service_recorded_past_its_retention(
     old = frozen_clock.now() - timedelta(days=400)
     conn = await asyncpg.connect(database_url)
     try:
-        subscription = await conn.fetchval(
+        await conn.execute(
             """INSERT INTO subscriptions (url, secret, event_types, created_at)
                VALUES ('http://127.0.0.1:9/hook', 'secret-0123456789abcdef',
-                       '{session.expired}', $1) RETURNING subscription_id""",
+                       '{session.expired}', $1)""",
             old,
         )
+        # Each event is given its (pending) delivery when it is written.
         events = [
             await conn.fetchval(
                 "INSERT INTO outbox_events (event_type, payload, created_at)"
@@ -478,14 +479,10 @@ async def test_housekeeping_purges_what_the_service_recorded_past_its_retention(
             for _ in range(3)
         ]
         for event, status in zip(events, ["delivered", "dead", "pending"], strict=True):
-            await conn.execute(
-                "INSERT INTO event_deliveries (event_id, subscription_id, status, next_attempt_at)"
-                " VALUES ($1, $2, $3, $4)",
-                event,
-                subscription,
-                status,
-                old,
+            changed = await conn.execute(
+                "UPDATE event_deliveries SET status = $2 WHERE event_id = $1", event, status
             )
+            assert changed == "UPDATE 1"
         await conn.execute("UPDATE memory_access_log SET at = $1", old)
         await conn.execute(
             """INSERT INTO job_runs (job_name, slot_start, trigger, status, claimed_by,

@@ -175,17 +175,43 @@ async def test_upgrade_head_builds_exactly_schema_sql(server_url: str) -> None:
     assert "alembic_version" not in table_names(from_migrations)
     assert [row[0] for row in from_migrations["functions"]] == [
         "agent_shown",
+        "event_subscribed",
+        "idempotency_key_lapsed",
+        "job_run_lapsed",
         "jsonb_mentions_any",
         "jsonb_or_null",
+        "memory_access_lapsed",
+        "memory_archive_lapsed",
+        "memory_archived",
+        "memory_archived_when_expired",
+        "memory_expired_to_archive",
+        "memory_expired_to_delete",
         "memory_list_rows",
         "memory_live",
+        "memory_purged_notice",
         "memory_readable",
         "memory_readable_levels",
         "memory_visible",
+        "outbox_events_settled",
+        "outbox_fan_out",
         "replica_is_present",
         "replica_lock_space",
+        "session_archivable",
+        "session_archive_lapsed",
+        "session_archive_move",
+        "session_expired",
+        "session_expiring",
+        "session_extendable",
+        "session_goes_idle",
+        "session_may_lapse",
+        "session_open",
+        "session_running",
         "session_version",
+        "subscription_wants",
         "uuid_generate_v7",
+    ]
+    assert [row[:2] for row in from_migrations["triggers"]] == [
+        ("outbox_events", "outbox_events_fan_out")
     ]
     assert_same_schema(from_migrations, from_schema_sql, "migrations", "schema.sql")
 
