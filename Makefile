@@ -1,5 +1,6 @@
 # Two commands matter: `make run` and `make test`. Both build .venv from scratch when it is
 # missing (or when the lock files change) and use an embedded PostgreSQL unless told otherwise.
+# PYTHON picks the interpreter (CPython 3.11 through 3.14), VENV the venv's folder.
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
@@ -17,11 +18,13 @@ help:
 	@echo "make drills  fault drills (own embedded PostgreSQL, bounded, 127.0.0.1 only)"
 	@echo "make n8n-e2e the n8n workflows in a real n8n (npm installs it once into ~/.cache/switchboard)"
 
-$(STAMP): requirements/runtime.txt requirements/dev.txt pyproject.toml
-	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements/dev.txt
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps -e .
-	@touch $@
+# Checked on every run by scripts/venv.sh: CPython 3.11 through 3.14 (else a one-line message
+# naming the range and PYTHON=...), a venv built by another Python than a chosen PYTHON is
+# rebuilt, lock files newer than the last install are installed. VENV=.venv-3.13 keeps a
+# second venv beside the first (CI does).
+.PHONY: $(STAMP)
+$(STAMP):
+	@PYTHON='$(PYTHON)' PYTHON_ORIGIN='$(origin PYTHON)' VENV='$(VENV)' ./scripts/venv.sh
 
 install: $(STAMP)
 
@@ -63,6 +66,14 @@ drills: $(STAMP)
 n8n-e2e: $(STAMP)
 	$(BIN)/python -m drills.n8n_e2e $(N8N_E2E_ARGS)
 
+# Refuses (exit 1, nothing deleted) while a process still uses the embedded server; stops one
+# whose users all died. Without a venv it only checks that no postgres runs on the directory.
 clean-data:
-	-$(BIN)/switchboard embedded-stop
+	@if [ -x $(BIN)/switchboard ]; then \
+	    SWITCHBOARD_DATA_DIR=.switchboard $(BIN)/switchboard embedded-stop; \
+	elif pid=$$(head -n1 .switchboard/pg/postmaster.pid 2>/dev/null) && kill -0 "$$pid" 2>/dev/null \
+	        && ps -o command= -p "$$pid" | grep -q postgres; then \
+	    echo "make: PostgreSQL (pid $$pid) still runs on .switchboard/pg; stop it first" >&2; \
+	    exit 1; \
+	fi
 	rm -rf .switchboard

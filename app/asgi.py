@@ -177,6 +177,8 @@ def create_app(
             "memory_service": provide(services.memories),
             "erasure_service": provide(services.erasure),
             "coordinator": provide(services.coordinator),
+            "rules": provide(services.rules),
+            "breaker_admin": provide(services.breaker_admin),
             "job_service": provide(services.jobs),
             "events": provide(services.events),
             "hooks": provide(services.webhooks),

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from app import runtime
 from app.logs import configure_logging
-from app.settings import Settings
+from app.settings import Settings, SettingsInvalid, load_settings
 
 if TYPE_CHECKING:
     from app.agents.schemas import Agent
@@ -161,7 +161,10 @@ def _admin_key_path(settings: Settings, _: argparse.Namespace) -> int:
 def _embedded_stop(settings: Settings, _: argparse.Namespace) -> int:
     from app.db.embedded import stop_embedded
 
-    stop_embedded(settings.data_dir)
+    # Refuses (EmbeddedInUse, exit 1) while a live process uses the server: make clean-data
+    # must not delete the data directory under it.
+    if stop_embedded(settings.data_dir):
+        print(f"stopped the embedded PostgreSQL in {settings.data_dir / 'pg'}")
     return 0
 
 
@@ -235,7 +238,9 @@ def build_parser() -> argparse.ArgumentParser:
     key = commands.add_parser("admin-key-path", help="print where the admin key is kept")
     key.set_defaults(handler=_admin_key_path)
 
-    stop = commands.add_parser("embedded-stop", help="stop the embedded PostgreSQL")
+    stop = commands.add_parser(
+        "embedded-stop", help="stop the embedded PostgreSQL (refused while a process uses it)"
+    )
     stop.set_defaults(handler=_embedded_stop)
     return parser
 
@@ -243,13 +248,24 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``switchboard`` command."""
     args = build_parser().parse_args(argv)
-    settings = Settings()
+    try:
+        settings = load_settings()
+    except SettingsInvalid as exc:
+        print(f"switchboard: error: {exc}", file=sys.stderr)
+        return 2
     # A chore (agents, admin-key-path) prints its answer and nothing else at INFO; the
     # services (serve, scheduler, migrate) log their start-up and what they change.
     configure_logging(settings.logging, chore=args.handler in _CHORES)
+    return runtime.run_for_life(lambda: _run(args, settings))
+
+
+def _run(args: argparse.Namespace, settings: Settings) -> int:
+    from app.auth.keys import UnusableAdminKey
+    from app.db.embedded import EmbeddedError
+
     try:
         return int(args.handler(settings, args))
-    except CommandFailed as exc:
+    except (CommandFailed, EmbeddedError, UnusableAdminKey) as exc:
         print(f"switchboard: error: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

@@ -17,8 +17,10 @@ import socket
 
 from app.agents.service import AgentService
 from app.clock import Clock
+from app.coordination.breaker_admin import BreakerAdmin
 from app.coordination.breakers import BreakerRegistry
 from app.coordination.dispatch import AgentClient
+from app.coordination.rules import RulesService
 from app.coordination.service import CoordinationService
 from app.db.pool import Database
 from app.db.presence import ReplicaPresence
@@ -85,12 +87,15 @@ class Services:
             sync_interval=settings.coordination.breaker_sync_seconds,
             replica_id=replica,
         )
+        self.breaker_admin = BreakerAdmin(self.agents, self.breakers)
+        self.rules = RulesService(database, clock, settings.coordination.rules_cache_seconds)
         self.coordinator = CoordinationService(
             database,
             clock,
             settings.coordination,
             self.sessions,
             self.memories,
+            self.rules,
             self.breakers,
             AgentClient(self.http),
         )

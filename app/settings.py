@@ -11,7 +11,7 @@ from ipaddress import IPv4Network, IPv6Network
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, NonNegativeInt, PositiveInt, field_validator
+from pydantic import Field, NonNegativeInt, PositiveInt, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -20,7 +20,9 @@ PROJECT_ROOT = Path(__file__).resolve().parent.parent
 class ServerSettings(BaseSettings):
     """Where the HTTP API listens and what it accepts."""
 
-    model_config = SettingsConfigDict(env_prefix="SWITCHBOARD_", extra="ignore")
+    model_config = SettingsConfigDict(
+        env_prefix="SWITCHBOARD_", extra="ignore", env_ignore_empty=True
+    )
 
     host: str = "127.0.0.1"
     port: int = Field(default=8080, ge=1, le=65535)
@@ -64,7 +66,9 @@ LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
 class LoggingSettings(BaseSettings):
     """What the processes log and how (app/logs.py): one line per record on stderr."""
 
-    model_config = SettingsConfigDict(env_prefix="SWITCHBOARD_LOG_", extra="ignore")
+    model_config = SettingsConfigDict(
+        env_prefix="SWITCHBOARD_LOG_", extra="ignore", env_ignore_empty=True
+    )
 
     # INFO is quiet in steady state: start-up, job runs that changed something, requests
     # (see access), warnings. DEBUG adds the libraries' own chatter (APScheduler, alembic).
@@ -87,9 +91,11 @@ class LoggingSettings(BaseSettings):
 
 
 class DatabaseSettings(BaseSettings):
-    """PostgreSQL connection. With no URL, an embedded server (pgserver) is started."""
+    """PostgreSQL connection. With no URL, an embedded server is started (app/db/embedded.py)."""
 
-    model_config = SettingsConfigDict(env_prefix="SWITCHBOARD_DATABASE_", extra="ignore")
+    model_config = SettingsConfigDict(
+        env_prefix="SWITCHBOARD_DATABASE_", extra="ignore", env_ignore_empty=True
+    )
 
     url: str | None = None
     pool_min_size: int = Field(default=2, ge=0)
@@ -108,7 +114,9 @@ class DatabaseSettings(BaseSettings):
 class AuthSettings(BaseSettings):
     """The admin key; agent keys live (hashed) in the database."""
 
-    model_config = SettingsConfigDict(env_prefix="SWITCHBOARD_", extra="ignore")
+    model_config = SettingsConfigDict(
+        env_prefix="SWITCHBOARD_", extra="ignore", env_ignore_empty=True
+    )
 
     admin_key: str | None = Field(default=None, min_length=16)
     # Used when SWITCHBOARD_ADMIN_KEY is unset: read, or generated on first start (mode 0600).
@@ -123,7 +131,9 @@ class AuthSettings(BaseSettings):
 class SessionSettings(BaseSettings):
     """Session lifetime rules (seed: 24 h default expiry, 4 h extension for active processes)."""
 
-    model_config = SettingsConfigDict(env_prefix="SWITCHBOARD_SESSION_", extra="ignore")
+    model_config = SettingsConfigDict(
+        env_prefix="SWITCHBOARD_SESSION_", extra="ignore", env_ignore_empty=True
+    )
 
     default_ttl: timedelta = timedelta(hours=24)
     max_ttl: timedelta = timedelta(days=30)
@@ -137,7 +147,9 @@ class SessionSettings(BaseSettings):
 class MemorySettings(BaseSettings):
     """Limits of the memory API (seed: content at most 1 MB)."""
 
-    model_config = SettingsConfigDict(env_prefix="SWITCHBOARD_MEMORY_", extra="ignore")
+    model_config = SettingsConfigDict(
+        env_prefix="SWITCHBOARD_MEMORY_", extra="ignore", env_ignore_empty=True
+    )
 
     max_content_bytes: PositiveInt = 1024 * 1024
     # Default byte budget of GET /v1/sessions/{id}/context when the caller names none.
@@ -147,7 +159,9 @@ class MemorySettings(BaseSettings):
 class CoordinationSettings(BaseSettings):
     """Intent prioritization and agent dispatch."""
 
-    model_config = SettingsConfigDict(env_prefix="SWITCHBOARD_COORDINATION_", extra="ignore")
+    model_config = SettingsConfigDict(
+        env_prefix="SWITCHBOARD_COORDINATION_", extra="ignore", env_ignore_empty=True
+    )
 
     # Ask the user instead of guessing when the top two conflicting intents score closer
     # than this (0: never ask).
@@ -169,7 +183,9 @@ class CoordinationSettings(BaseSettings):
 class SchedulerSettings(BaseSettings):
     """Maintenance jobs: when they run and what they touch (defaults from the seed)."""
 
-    model_config = SettingsConfigDict(env_prefix="SWITCHBOARD_SCHEDULER_", extra="ignore")
+    model_config = SettingsConfigDict(
+        env_prefix="SWITCHBOARD_SCHEDULER_", extra="ignore", env_ignore_empty=True
+    )
 
     # Run the jobs inside `switchboard serve` (false: run `python -m scheduler` separately).
     enabled: bool = True
@@ -207,7 +223,9 @@ class SchedulerSettings(BaseSettings):
 class WebhookSettings(BaseSettings):
     """The /webhooks/n8n endpoints."""
 
-    model_config = SettingsConfigDict(env_prefix="SWITCHBOARD_WEBHOOK_", extra="ignore")
+    model_config = SettingsConfigDict(
+        env_prefix="SWITCHBOARD_WEBHOOK_", extra="ignore", env_ignore_empty=True
+    )
 
     # A message without session_id continues the user's latest open session of the same
     # type if it was active this recently; otherwise a new session starts.
@@ -247,7 +265,9 @@ class OutboundSettings(BaseSettings):
     multicast, broadcast and reserved addresses are refused whatever is set here. Lists
     are comma-separated in the environment."""
 
-    model_config = SettingsConfigDict(env_prefix="SWITCHBOARD_OUTBOUND_", extra="ignore")
+    model_config = SettingsConfigDict(
+        env_prefix="SWITCHBOARD_OUTBOUND_", extra="ignore", env_ignore_empty=True
+    )
 
     allowed_schemes: Annotated[list[Scheme], NoDecode] = Field(
         default_factory=lambda: list(_SCHEMES), min_length=1
@@ -294,7 +314,9 @@ BODY_ENVELOPE_BYTES = 64 * 1024
 class Settings(BaseSettings):
     """All settings; each group reads its own prefix."""
 
-    model_config = SettingsConfigDict(env_prefix="SWITCHBOARD_", extra="ignore")
+    model_config = SettingsConfigDict(
+        env_prefix="SWITCHBOARD_", extra="ignore", env_ignore_empty=True
+    )
 
     data_dir: Path = PROJECT_ROOT / ".switchboard"
     server: ServerSettings = Field(default_factory=ServerSettings)
@@ -315,3 +337,43 @@ class Settings(BaseSettings):
         if self.server.max_body_bytes is not None:
             return self.server.max_body_bytes
         return self.memories.max_content_bytes + BODY_ENVELOPE_BYTES
+
+
+class SettingsInvalid(Exception):
+    """An environment variable holds a value the settings refuse; the message names it."""
+
+
+# A group's validation error is titled with its class name; its variables share a prefix.
+_GROUPS: tuple[type[BaseSettings], ...] = (
+    Settings,
+    ServerSettings,
+    LoggingSettings,
+    DatabaseSettings,
+    AuthSettings,
+    SessionSettings,
+    MemorySettings,
+    CoordinationSettings,
+    SchedulerSettings,
+    WebhookSettings,
+    OutboundSettings,
+)
+_PREFIXES = {group.__name__: str(group.model_config.get("env_prefix", "")) for group in _GROUPS}
+# Values never echoed back: they may be credentials.
+_SECRET_WORDS = ("key", "secret", "url", "password")
+
+
+def load_settings() -> Settings:
+    """The settings from the environment, or ``SettingsInvalid`` naming every variable that
+    is wrong and why, in one line (a command prints it instead of a traceback)."""
+    try:
+        return Settings()
+    except ValidationError as exc:
+        prefix = _PREFIXES.get(exc.title, "SWITCHBOARD_")
+        problems = []
+        for error in exc.errors(include_url=False):
+            name = (prefix + "_".join(str(part) for part in error["loc"])).upper()
+            problem = f"{name}: {error['msg']}"
+            if not any(word in name.lower() for word in _SECRET_WORDS):
+                problem += f" (got {error['input']!r})"
+            problems.append(problem)
+        raise SettingsInvalid("; ".join(problems)) from None

@@ -113,14 +113,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--examples", type=int, default=40)
     args = parser.parse_args()
-    import pgserver
+    from app.db.embedded import EmbeddedPostgres
 
     with tempfile.TemporaryDirectory() as tmp:
-        pg = pgserver.get_server(Path(tmp) / "pg", cleanup_mode="stop")
-        url = pg.get_uri()
+        pg = EmbeddedPostgres(Path(tmp))
+        url = pg.start()
         upgrade(url)
         result = run(url, args.examples)
-        pg.cleanup()
+        pg.stop()
     print(json.dumps(result, indent=2))
     ok = all(
         r["cases"] >= 1000

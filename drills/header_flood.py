@@ -210,14 +210,14 @@ def main() -> None:
     if args.database_url:
         result = drill(args.database_url, args.connections, args.slow, args.lines)
     else:
-        import pgserver
+        from app.db.embedded import EmbeddedPostgres
 
         with tempfile.TemporaryDirectory() as tmp:
-            pg = pgserver.get_server(Path(tmp) / "pg", cleanup_mode="stop")
-            url = pg.get_uri()
+            pg = EmbeddedPostgres(Path(tmp))
+            url = pg.start()
             upgrade(url)
             result = drill(url, args.connections, args.slow, args.lines)
-            pg.cleanup()
+            pg.stop()
     print(json.dumps(result, indent=2))
     ok = passed(result)
     print("drill passed" if ok else "drill FAILED")

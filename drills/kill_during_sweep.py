@@ -61,11 +61,11 @@ async def counts(conn: asyncpg.Connection) -> dict[str, int]:
 
 
 async def drill() -> dict[str, Any]:
-    import pgserver
+    from app.db.embedded import EmbeddedPostgres
 
     with tempfile.TemporaryDirectory() as tmp:
-        server = pgserver.get_server(Path(tmp) / "pg", cleanup_mode="stop")
-        url = server.get_uri()
+        server = EmbeddedPostgres(Path(tmp))
+        url = server.start()
         await asyncio.to_thread(upgrade, url)
         conn = await asyncpg.connect(url)
         await conn.execute(
@@ -108,7 +108,7 @@ async def drill() -> dict[str, Any]:
             await conn.fetchrow("SELECT status, claimed_by, attempts, rows_affected FROM job_runs")
         )
         await conn.close()
-        server.cleanup()
+        server.stop()
     return {
         "sessions": SESSIONS,
         "batch_size": BATCH,

@@ -9,7 +9,7 @@ out a lease or a timeout), every key ends with exactly one memory row (none writ
 none lost), the hanging call's retry runs once the grace has passed, and the keys in
 progress at the kill had written nothing (a memory write commits with its stored answer).
 
-Runs against its own embedded PostgreSQL (pgserver) in a temporary folder; bounded to
+Runs against its own embedded PostgreSQL in a temporary folder; bounded to
 about 30 s; talks only to 127.0.0.1.
     .venv/bin/python -m drills.kill_during_webhook_writes
 """
@@ -110,11 +110,11 @@ async def presence_gone_after(conn: asyncpg.Connection, owner: str, killed: floa
 
 
 async def drill() -> dict[str, Any]:
-    import pgserver
+    from app.db.embedded import EmbeddedPostgres
 
     with tempfile.TemporaryDirectory() as tmp:
-        server = pgserver.get_server(Path(tmp) / "pg", cleanup_mode="stop")
-        url = server.get_uri()
+        server = EmbeddedPostgres(Path(tmp))
+        url = server.start()
         await asyncio.to_thread(upgrade, url)
         port = 19000 + os.getpid() % 1000
         env = {
@@ -213,7 +213,7 @@ async def drill() -> dict[str, Any]:
             app.wait(timeout=10)
             await conn.close()
             await agent.stop()
-            server.cleanup()
+            server.stop()
 
     # Answers from the restarted server: attempts that started after the kill and got one.
     after = [a for a in log.attempts if a["at"] > killed and a["status"] != 0]

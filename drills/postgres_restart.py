@@ -4,7 +4,7 @@ Expectations: requests during the outage get 503 problem+json quickly (no hangs,
 /ready says 503, the service recovers by itself within 5 s of the database being back, and
 every write acknowledged with 201 is in the database afterwards.
 
-Runs against its own embedded PostgreSQL (pgserver) in a temporary folder, so it never
+Runs against its own embedded PostgreSQL in a temporary folder, so it never
 touches a shared server; bounded to about 20 s; talks only to 127.0.0.1.
     .venv/bin/python -m drills.postgres_restart
 """
@@ -26,6 +26,7 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from app.db.embedded import EmbeddedPostgres  # noqa: E402
 from app.db.migrate import upgrade  # noqa: E402
 from bench.serve import spawn  # noqa: E402
 
@@ -34,10 +35,10 @@ WRITERS = 8
 OUTAGE_AT, OUTAGE_FOR, TOTAL = 3.0, 4.0, 14.0
 
 
-def start_postgres(data: Path) -> Any:
-    import pgserver
-
-    return pgserver.get_server(data, cleanup_mode="stop")
+def start_postgres(data: Path) -> EmbeddedPostgres:
+    server = EmbeddedPostgres(data.parent)
+    server.start()
+    return server
 
 
 async def load(base: str, log: list[dict[str, Any]], stop_at: float) -> None:
@@ -70,7 +71,7 @@ async def drill() -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         data = Path(tmp) / "pg"
         server = start_postgres(data)
-        url = server.get_uri()
+        url = server.url
         await asyncio.to_thread(upgrade, url)
         port = 18000 + os.getpid() % 1000
         env = {
@@ -87,7 +88,7 @@ async def drill() -> dict[str, Any]:
             log: list[dict[str, Any]] = []
             writers = [asyncio.create_task(load(base, log, t0 + TOTAL)) for _ in range(WRITERS)]
             await asyncio.sleep(OUTAGE_AT)
-            await asyncio.to_thread(server.cleanup)  # stop PostgreSQL
+            await asyncio.to_thread(server.stop)  # stop PostgreSQL
             stopped = time.monotonic()
             await asyncio.sleep(1.0)
             async with httpx.AsyncClient() as probe:
@@ -107,7 +108,7 @@ async def drill() -> dict[str, Any]:
             stored = {str(r[0]) for r in await conn.fetch("SELECT id FROM users")}
         finally:
             await conn.close()
-        server.cleanup()
+        server.stop()
     during = [e for e in log if stopped <= e["at"] < restarted]
     after_ok = [e["at"] + e["took"] for e in log if e["at"] >= restarted and e["status"] == 201]
     statuses: dict[str, int] = {}

@@ -70,11 +70,11 @@ asyncio.run(main())
 
 
 async def drill() -> dict[str, Any]:
-    import pgserver
+    from app.db.embedded import EmbeddedPostgres
 
     with tempfile.TemporaryDirectory() as tmp:
-        server = pgserver.get_server(Path(tmp) / "pg", cleanup_mode="stop")
-        url = server.get_uri()
+        server = EmbeddedPostgres(Path(tmp))
+        url = server.start()
         await asyncio.to_thread(upgrade, url)
         conn = await asyncpg.connect(url)
         # A simulated day starting at midnight UTC, so slots align with the day.
@@ -139,7 +139,7 @@ async def drill() -> dict[str, Any]:
         }
         archived = {r[0] for r in await conn.fetch("SELECT session_id FROM session_archive")}
         await conn.close()
-        server.cleanup()
+        server.stop()
     settings = SchedulerSettings()
     expected = {name: int(DAY / job.interval(settings)) for name, job in JOBS.items()}
     # The replicas' clocks start a moment before the day and can pass its end within one

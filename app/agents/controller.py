@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from litestar import Controller, delete, get, patch, post
 from litestar.di import NamedDependency
 from litestar.params import FromPath, JSONBody
@@ -15,6 +13,7 @@ from app.agents.schemas import (
     AgentCreate,
     AgentSettings,
     AgentWithKey,
+    PublishedCard,
     SkillAgents,
 )
 from app.agents.service import AgentService
@@ -101,7 +100,7 @@ class AgentController(Controller):
     @get("/{name:str}/card", summary="An agent's published card")
     async def get_card(
         self, name: FromPath[str], agent_service: NamedDependency[AgentService]
-    ) -> dict[str, Any]:
+    ) -> PublishedCard:
         """The A2A card as the agent published it."""
         return await agent_service.get_card(name)
 

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
 
 import asyncpg
 
-from app.agents.schemas import Agent, AgentIdentity
+from app.agents.schemas import Agent, AgentIdentity, PublishedCard, PublishedSkill
 from app.db.pool import Connection
 from app.db.queries import QUERIES
 
@@ -104,9 +103,9 @@ async def update_agent_settings(
 async def set_agent_card(
     conn: Connection,
     name: str,
-    card: dict[str, Any],
+    card: PublishedCard,
     url: str,
-    skills: list[dict[str, Any]],
+    skills: list[PublishedSkill],
     description: str,
     now: datetime,
 ) -> Agent | None:
@@ -115,9 +114,9 @@ async def set_agent_card(
     return None if row is None else _agent(row)
 
 
-async def get_agent_card(conn: Connection, name: str) -> dict[str, Any] | None:
+async def get_agent_card(conn: Connection, name: str) -> PublishedCard | None:
     """The card an agent published, if any."""
-    card: dict[str, Any] | None = await conn.fetchval(Q.get_agent_card, name)
+    card: PublishedCard | None = await conn.fetchval(Q.get_agent_card, name)
     return card
 
 

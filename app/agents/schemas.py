@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeAlias
 from uuid import UUID
 
 from pydantic import (
@@ -17,6 +17,7 @@ from pydantic import (
 )
 
 from app.auth.principal import ADMIN_NAME
+from app.common.jsontypes import JsonObject
 from app.common.validation import StoredHttpUrl, reject_deep_json
 
 
@@ -35,6 +36,12 @@ AgentName = Annotated[
 RoleName = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_]{0,49}$")]
 IntentName = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_]{0,63}$")]
 ShortText = Annotated[str, StringConstraints(max_length=500)]
+
+# An A2A skill as stored and shown: AgentSkill's members and whatever else the agent
+# published with it (kept as sent).
+PublishedSkill: TypeAlias = JsonObject
+# An A2A agent card as the agent published it (kept as sent).
+PublishedCard: TypeAlias = JsonObject
 
 # The longest an agent may be given to answer (agents.timeout_ms has the same CHECK).
 MAX_AGENT_TIMEOUT_MS = 300_000
@@ -100,7 +107,7 @@ class AgentCard(BaseModel):
     url: StoredHttpUrl
     version: Annotated[str, StringConstraints(max_length=50)] = "1.0.0"
     skills: list[AgentSkill] = Field(default_factory=list, max_length=100)
-    capabilities: dict[str, Any] = Field(default_factory=dict)
+    capabilities: JsonObject = Field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,7 +127,7 @@ class Agent:
     retry_attempts: int
     fallback_strategy: str | None
     intents: list[str]
-    skills: list[dict[str, Any]]
+    skills: list[PublishedSkill]
     enabled: bool
     fail_max: int
     reset_timeout_ms: int

@@ -4,7 +4,6 @@ routing settings, published cards and the skill map."""
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
 
 from app.agents import repository as repo
 from app.agents.schemas import (
@@ -13,6 +12,7 @@ from app.agents.schemas import (
     AgentCreate,
     AgentSettings,
     AgentWithKey,
+    PublishedCard,
     SkillAgents,
 )
 from app.auth.keycache import KeyCache
@@ -141,7 +141,7 @@ class AgentService:
             raise NotFound(f"No agent named {name!r}.")
         return agent
 
-    async def get_card(self, name: str) -> dict[str, Any]:
+    async def get_card(self, name: str) -> PublishedCard:
         """The card an agent published (404 if none)."""
         async with self._db.connection() as conn:
             card = await repo.get_agent_card(conn, name)

@@ -30,12 +30,19 @@ def same_digest(a: bytes, b: bytes) -> bool:
     return hmac.compare_digest(a, b)
 
 
+class UnusableAdminKey(Exception):
+    """The admin key file exists but holds no usable key."""
+
+
 def load_or_create_admin_key(path: Path) -> str:
     """Read the admin key from ``path``, generating it (mode 0600) on first use."""
     if path.exists():
         key = path.read_text(encoding="utf-8").strip()
         if len(key) < 16:
-            raise RuntimeError(f"{path} holds no usable admin key (at least 16 characters)")
+            raise UnusableAdminKey(
+                f"{path} holds no usable admin key (at least 16 characters): fix it, or "
+                "delete it to have a new one generated"
+            )
         return key
     path.parent.mkdir(parents=True, exist_ok=True)
     key = generate_key()

@@ -10,17 +10,16 @@ and re-read the table every ``sync_interval`` seconds in case a notification was
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-from typing import Any
 
-import asyncpg
 import msgspec
 
+from app.agents.schemas import Agent
 from app.clock import Clock
 from app.coordination import repository as repo
 from app.coordination.breaker import AsyncCircuitBreaker, BreakerSnapshot
-from app.coordination.schemas import PublishedBreaker, RoutingAgent
+from app.coordination.schemas import PublishedBreaker
+from app.db.listener import Listener
 from app.db.pool import Database
 
 logger = logging.getLogger("switchboard.breakers")
@@ -39,15 +38,14 @@ class BreakerRegistry:
     ) -> None:
         self._db = database
         self._clock = clock
-        self._sync_interval = sync_interval
         self.replica_id = replica_id
         self._breakers: dict[str, AsyncCircuitBreaker] = {}
         self._settings: dict[str, tuple[int, float]] = {}
         self._versions: dict[str, int] = {}
         self._pending: set[asyncio.Task[None]] = set()
-        self._listener: asyncpg.Connection[asyncpg.Record] | None = None
-        self._sync_task: asyncio.Task[None] | None = None
-        self._stopping = asyncio.Event()
+        self._listener = Listener(
+            database.url, CHANNEL, self._on_notify, catch_up=self.sync, interval=sync_interval
+        )
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -60,28 +58,17 @@ class BreakerRegistry:
             await self.sync()
         except Exception:
             logger.warning("could not read breaker states at start-up; will retry")
-        self._sync_task = asyncio.create_task(self._keep_in_sync(), name="breaker-sync")
+        await self._listener.start()
 
     async def stop(self) -> None:
         """Stop following, and finish publishing what is still in flight."""
-        if self._sync_task is not None:
-            # Ask the loop to stop rather than cancel it: a cancelled asyncpg.connect() can
-            # leave a future whose error nobody retrieves.
-            self._stopping.set()
-            try:
-                await asyncio.wait_for(self._sync_task, timeout=10)
-            except TimeoutError:
-                self._sync_task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await self._sync_task
-            self._sync_task = None
-        await self._close_listener()
+        await self._listener.stop()
         if self._pending:
             await asyncio.gather(*self._pending, return_exceptions=True)
 
     # -- use ----------------------------------------------------------------------------
 
-    def breaker_for(self, agent: RoutingAgent) -> AsyncCircuitBreaker:
+    def breaker_for(self, agent: Agent) -> AsyncCircuitBreaker:
         """The agent's breaker, created on first use and kept in step with its settings."""
         settings = (agent.fail_max, agent.reset_timeout_ms / 1000)
         breaker = self._breakers.get(agent.name)
@@ -101,7 +88,7 @@ class BreakerRegistry:
         breaker = self._breakers.get(agent_name)
         return None if breaker is None else breaker.snapshot()
 
-    async def isolate(self, agent: RoutingAgent, state: str) -> BreakerSnapshot:
+    async def isolate(self, agent: Agent, state: str) -> BreakerSnapshot:
         """Manual isolation: force the circuit open, or close it; published at once."""
         breaker = self.breaker_for(agent)
         if state == "open":
@@ -176,31 +163,8 @@ class BreakerRegistry:
         self._settings[name] = settings
         return breaker
 
-    def _on_notify(self, _conn: Any, _pid: int, _channel: str, payload: object) -> None:
+    def _on_notify(self, payload: str) -> None:
         try:
-            self._adopt(_NOTIFICATION(str(payload)))
+            self._adopt(_NOTIFICATION(payload))
         except Exception:
             logger.warning("ignored a malformed breaker notification", exc_info=True)
-
-    async def _keep_in_sync(self) -> None:
-        while not self._stopping.is_set():
-            try:
-                if self._listener is None or self._listener.is_closed():
-                    await self._open_listener()
-                await self.sync()
-            except Exception:
-                logger.warning("breaker sync failed; retrying", exc_info=True)
-                await self._close_listener()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stopping.wait(), timeout=self._sync_interval)
-
-    async def _open_listener(self) -> None:
-        await self._close_listener()
-        self._listener = await asyncpg.connect(self._db.url)
-        await self._listener.add_listener(CHANNEL, self._on_notify)
-
-    async def _close_listener(self) -> None:
-        listener, self._listener = self._listener, None
-        if listener is not None and not listener.is_closed():
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(listener.close(), timeout=2)

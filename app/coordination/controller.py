@@ -13,7 +13,10 @@ from litestar.params import FromPath, JSONBody, QueryParameter
 
 from app.auth.guards import admin_only
 from app.auth.principal import Principal
+from app.common.jsontypes import JsonObject
 from app.common.pagination import DEFAULT_LIMIT, MAX_LIMIT
+from app.coordination.breaker_admin import BreakerAdmin
+from app.coordination.rules import RulesService
 from app.coordination.schemas import (
     Analysis,
     AnalyzeRequest,
@@ -32,6 +35,8 @@ from app.errors import BadRequest
 
 AnyRequest = Request[Principal, Any, Any]
 Coordinator = NamedDependency[CoordinationService]
+Rules = NamedDependency[RulesService]
+Breakers = NamedDependency[BreakerAdmin]
 _NAME_RULE = "lowercase letters, digits and underscores, starting with a letter"
 _RULE_NAME = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
 
@@ -54,30 +59,30 @@ class IntentController(Controller):
         return await coordinator.analyze(data)
 
     @get("/intents", summary="Intent types, weights and keywords")
-    async def list_intents(self, coordinator: Coordinator) -> list[IntentType]:
+    async def list_intents(self, rules: Rules) -> list[IntentType]:
         """The intent rules, heaviest first."""
-        return await coordinator.list_intents()
+        return await rules.list_intents()
 
     @put("/intents/{name:str}", guards=[admin_only], summary="Create or change an intent type")
     async def put_intent(
-        self, name: FromPath[str], data: JSONBody[IntentTypeWrite], coordinator: Coordinator
+        self, name: FromPath[str], data: JSONBody[IntentTypeWrite], rules: Rules
     ) -> IntentType:
         """Set the base weight and replace the keyword phrases of an intent."""
         _check_rule_name(name)
-        return await coordinator.put_intent(name, data)
+        return await rules.put_intent(name, data)
 
     @get("/intent-modifiers", summary="Context modifiers and their cues")
-    async def list_modifiers(self, coordinator: Coordinator) -> list[IntentModifier]:
+    async def list_modifiers(self, rules: Rules) -> list[IntentModifier]:
         """The context modifiers, their points and the phrases that reveal them."""
-        return await coordinator.list_modifiers()
+        return await rules.list_modifiers()
 
     @put("/intent-modifiers/{name:str}", guards=[admin_only], summary="Change a context modifier")
     async def put_modifier(
-        self, name: FromPath[str], data: JSONBody[ModifierWrite], coordinator: Coordinator
+        self, name: FromPath[str], data: JSONBody[ModifierWrite], rules: Rules
     ) -> IntentModifier:
         """Set a modifier's points and replace its cue phrases."""
         _check_rule_name(name)
-        return await coordinator.put_modifier(name, data)
+        return await rules.put_modifier(name, data)
 
 
 class SessionMessageController(Controller):
@@ -125,16 +130,16 @@ class BreakerController(Controller):
     tags = ["coordination", "agents"]
 
     @get("/", summary="An agent's circuit breaker")
-    async def get_breaker(self, name: FromPath[str], coordinator: Coordinator) -> BreakerView:
+    async def get_breaker(self, name: FromPath[str], breaker_admin: Breakers) -> BreakerView:
         """State, failure count and settings, as this replica sees them."""
-        return await coordinator.breaker(name)
+        return await breaker_admin.breaker(name)
 
     @post("/", status_code=200, guards=[admin_only], summary="Isolate an agent or bring it back")
     async def set_breaker(
-        self, name: FromPath[str], data: JSONBody[BreakerCommand], coordinator: Coordinator
+        self, name: FromPath[str], data: JSONBody[BreakerCommand], breaker_admin: Breakers
     ) -> BreakerView:
         """``open`` isolates the agent (fallbacks only, on every replica) until ``closed``."""
-        return await coordinator.set_breaker(name, data.state)
+        return await breaker_admin.set_breaker(name, data.state)
 
 
 class AgentCardController(Controller):
@@ -144,7 +149,7 @@ class AgentCardController(Controller):
     tags = ["agents"]
 
     @get(["/agent-card.json", "/agent.json"], summary="Switchboard's A2A agent card")
-    async def card(self, request: Request[Any, Any, Any]) -> dict[str, Any]:
+    async def card(self, request: Request[Any, Any, Any]) -> JsonObject:
         """What Switchboard offers, for A2A clients (``agent.json`` for older ones)."""
         base = str(request.base_url).rstrip("/")
         return {

@@ -14,10 +14,18 @@ import httpx
 import orjson
 from pydantic import ValidationError
 
+from app.agents.schemas import Agent
 from app.common.jsonbody import decode_json
 from app.coordination.breaker import AsyncCircuitBreaker, BreakerOpen
 from app.coordination.intents import DetectedIntent
-from app.coordination.schemas import AgentRequest, AgentResponse, RoutingAgent
+from app.coordination.schemas import (
+    AgentContext,
+    AgentInput,
+    AgentRequest,
+    AgentResponse,
+    ClassifierContext,
+    ClassifierInput,
+)
 from app.errors import BadRequest, ValidationFailed
 from app.outbound.policy import OutboundRefused
 from app.sessions.schemas import Session
@@ -72,7 +80,7 @@ class AgentClient:
         self._retry = retry or RetryPolicy()
 
     async def call(
-        self, agent: RoutingAgent, breaker: AsyncCircuitBreaker, request: AgentRequest
+        self, agent: Agent, breaker: AsyncCircuitBreaker, request: AgentRequest
     ) -> CallResult:
         """Call ``agent`` until it answers, fails for good, its circuit opens or time is up."""
         started = time.monotonic()
@@ -151,7 +159,7 @@ class AgentClient:
 
 
 def agent_request(
-    agent: RoutingAgent,
+    agent: Agent,
     session: Session,
     text: str,
     intent: DetectedIntent,
@@ -166,26 +174,26 @@ def agent_request(
         request_id=request_id,
         user_id=str(session.user_id),
         session_id=str(session.session_id),
-        input_data={
-            "message": text,
-            "intent": intent.intent,
-            "clause": intent.clause,
-            "secondary_intents": [i.intent for i in secondaries],
-        },
-        context={
-            "session_type": session.session_type,
-            "session_state": session.session_state,
-            "current_agent": session.current_agent,
-            "progress_percentage": session.progress_percentage,
-            "context_flags": context_flags,
-        },
+        input_data=AgentInput(
+            message=text,
+            intent=intent.intent,
+            clause=intent.clause,
+            secondary_intents=[i.intent for i in secondaries],
+        ),
+        context=AgentContext(
+            session_type=session.session_type,
+            session_state=session.session_state,
+            current_agent=session.current_agent,
+            progress_percentage=session.progress_percentage,
+            context_flags=context_flags,
+        ),
         priority=intent.score,
         timeout_ms=agent.timeout_ms,
     )
 
 
 def classifier_request(
-    classifier: RoutingAgent,
+    classifier: Agent,
     session: Session | None,
     text: str,
     intents: Iterable[str],
@@ -198,8 +206,8 @@ def classifier_request(
         request_id=request_id,
         user_id=str(session.user_id) if session else None,
         session_id=str(session.session_id) if session else None,
-        input_data={"message": text, "intents": sorted(intents)},
-        context={"context_flags": context_flags},
+        input_data=ClassifierInput(message=text, intents=sorted(intents)),
+        context=ClassifierContext(context_flags=context_flags),
         priority=0,
         timeout_ms=classifier.timeout_ms,
     )

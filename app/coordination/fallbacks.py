@@ -12,9 +12,11 @@ import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
 from uuid import UUID
 
+import msgspec
+
+from app.common.jsontypes import JsonObject
 from app.memories.schemas import Memory
 from app.sessions.schemas import SHORT_TEXT_MAX, PendingAction
 from app.sessions.state import clip
@@ -54,12 +56,29 @@ def words(text: str) -> str:
     return " ".join(_WORD.findall(text.lower()))
 
 
+class FallbackTemplate(msgspec.Struct, frozen=True):
+    """A strategy's wording and parameters as stored (``fallback_strategies.template``);
+    each strategy reads the members it needs, and ``{name}`` placeholders are filled in."""
+
+    message: str = ""
+    # direct_agent_routing: what is said when no specialist can be told from the message.
+    unrouted: str = ""
+    # manual_data_entry_prompt: the details the user is asked to enter.
+    fields: list[str] = []
+    # basic_budget_template: each part's share of the income in percent, and the keys of
+    # the user's profile memories an income may be stored under.
+    split: dict[str, float] = {}
+    income_keys: list[str] = []
+    # static_educational_content: the lesson given when no keyword matches.
+    default_topic: str | None = None
+
+
 @dataclass(frozen=True, slots=True)
 class FallbackData:
     """The stored wording fallbacks answer with: every strategy's template and the lessons.
     Reference data, read together and cached briefly by the coordinator."""
 
-    templates: dict[str, dict[str, Any]]
+    templates: dict[str, FallbackTemplate]
     lessons: tuple[Lesson, ...]
 
 
@@ -86,18 +105,19 @@ class FallbackResult:
 
     strategy: str
     text: str
-    data: dict[str, Any] = field(default_factory=dict)
+    # The answer's output_data: each strategy's own.
+    data: JsonObject = field(default_factory=dict)
     pending_action: PendingAction | None = None
 
 
-class _Blanks(dict[str, Any]):
+class _Blanks(dict[str, object]):
     """format_map values: a placeholder with no value stays as written."""
 
     def __missing__(self, key: str) -> str:
         return "{" + key + "}"
 
 
-def fill(template: str, **values: Any) -> str:
+def fill(template: str, **values: object) -> str:
     """Fill ``{name}`` placeholders; unknown ones are left as they are."""
     return template.format_map(_Blanks(values))
 
@@ -107,24 +127,24 @@ def label(name: str | None) -> str:
     return (name or "").replace("_", " ").strip()
 
 
-Strategy = Callable[[FallbackContext, dict[str, Any]], Awaitable[FallbackResult]]
+Strategy = Callable[[FallbackContext, FallbackTemplate], Awaitable[FallbackResult]]
 
 
 async def keyword_based_intent_detection(
-    ctx: FallbackContext, template: dict[str, Any]
+    ctx: FallbackContext, template: FallbackTemplate
 ) -> FallbackResult:
     """The classifier's fallback: the keyword rules already ran; say so."""
-    return FallbackResult(ctx.strategy, fill(str(template.get("message", "")), intent=ctx.intent))
+    return FallbackResult(ctx.strategy, fill(template.message, intent=ctx.intent))
 
 
-async def direct_agent_routing(ctx: FallbackContext, template: dict[str, Any]) -> FallbackResult:
+async def direct_agent_routing(ctx: FallbackContext, template: FallbackTemplate) -> FallbackResult:
     """Skip the orchestrator: pass the request to the specialist the keyword rules point to
     (the coordinator then calls it), or, with nobody to pass it to, say so."""
     if ctx.routed_agent is None:
-        text = str(template.get("unrouted", ""))
+        text = template.unrouted
     else:
         text = fill(
-            str(template.get("message", "")),
+            template.message,
             intent_label=label(ctx.routed_intent) or "your request",
             agent_label=label(ctx.routed_agent),
         )
@@ -136,22 +156,22 @@ async def direct_agent_routing(ctx: FallbackContext, template: dict[str, Any]) -
 
 
 async def manual_data_entry_prompt(
-    ctx: FallbackContext, template: dict[str, Any]
+    ctx: FallbackContext, template: FallbackTemplate
 ) -> FallbackResult:
     """Ask the user to enter their data themselves, listing the fields."""
-    fields = [str(name) for name in template.get("fields", [])]
-    text = fill(str(template.get("message", "")), field_list=", ".join(map(label, fields)))
+    fields = list(template.fields)
+    text = fill(template.message, field_list=", ".join(map(label, fields)))
     return FallbackResult(ctx.strategy, text, {"fields": fields})
 
 
 async def generic_financial_advice_disclaimer(
-    ctx: FallbackContext, template: dict[str, Any]
+    ctx: FallbackContext, template: FallbackTemplate
 ) -> FallbackResult:
     """General guidance with the disclaimer."""
-    return FallbackResult(ctx.strategy, str(template.get("message", "")))
+    return FallbackResult(ctx.strategy, template.message)
 
 
-def _monthly_income(profile: list[tuple[str | None, Any]], keys: list[str]) -> float | None:
+def _monthly_income(profile: list[tuple[str | None, object]], keys: list[str]) -> float | None:
     for key, content in profile:
         if key in keys and isinstance(content, int | float) and not isinstance(content, bool):
             return float(content)
@@ -163,13 +183,13 @@ def _monthly_income(profile: list[tuple[str | None, Any]], keys: list[str]) -> f
     return None
 
 
-async def basic_budget_template(ctx: FallbackContext, template: dict[str, Any]) -> FallbackResult:
+async def basic_budget_template(ctx: FallbackContext, template: FallbackTemplate) -> FallbackResult:
     """A 50/30/20 budget, in amounts when the user's profile says what they earn."""
-    split = {k: float(v) for k, v in dict(template.get("split", {})).items()}
+    split = dict(template.split)
     # Only what the caller may read: an income at a level it lacks the role for is not used.
     memories = sorted(await ctx.read_profile(), key=lambda m: m.updated_at, reverse=True)
     profile = [(m.key, m.content) for m in memories]
-    income = _monthly_income(profile, [str(k) for k in template.get("income_keys", [])])
+    income = _monthly_income(profile, template.income_keys)
     if income is None:
         parts = {name: f"{share:g}%" for name, share in split.items()}
         amounts: dict[str, float] | None = None
@@ -178,7 +198,7 @@ async def basic_budget_template(ctx: FallbackContext, template: dict[str, Any]) 
         amounts = {name: round(income * share / 100, 2) for name, share in split.items()}
         parts = {name: f"{amount:,.2f}" for name, amount in amounts.items()}
         note = f" for a monthly income of {income:,.2f}"
-    text = fill(str(template.get("message", "")), income_note=note, **parts)
+    text = fill(template.message, income_note=note, **parts)
     return FallbackResult(
         ctx.strategy,
         text,
@@ -187,7 +207,7 @@ async def basic_budget_template(ctx: FallbackContext, template: dict[str, Any]) 
 
 
 async def change_confirmation_without_analysis(
-    ctx: FallbackContext, template: dict[str, Any]
+    ctx: FallbackContext, template: FallbackTemplate
 ) -> FallbackResult:
     """Record the change request and queue its analysis for later."""
     request = ctx.text if len(ctx.text) <= 200 else ctx.text[:197] + "..."
@@ -200,14 +220,14 @@ async def change_confirmation_without_analysis(
     )
     return FallbackResult(
         ctx.strategy,
-        fill(str(template.get("message", "")), request=request),
+        fill(template.message, request=request),
         {"recorded_request": ctx.text},
         pending_action=action,
     )
 
 
 async def static_educational_content(
-    ctx: FallbackContext, template: dict[str, Any]
+    ctx: FallbackContext, template: FallbackTemplate
 ) -> FallbackResult:
     """The stored lesson whose keywords best match the question."""
     text = words(ctx.text)
@@ -217,13 +237,13 @@ async def static_educational_content(
         if hits > best_hits:
             best, best_hits = lesson, hits
     if best is None:
-        default = template.get("default_topic")
+        default = template.default_topic
         best = next((lesson for lesson in ctx.lessons if lesson.topic == default), None)
     if best is None:
         return FallbackResult(ctx.strategy, "Our education assistant is not available right now.")
     return FallbackResult(
         ctx.strategy,
-        fill(str(template.get("message", "")), title=best.title, body=best.body),
+        fill(template.message, title=best.title, body=best.body),
         {"topic": best.topic, "matched_keywords": best_hits},
     )
 
@@ -245,7 +265,7 @@ GENERIC_APOLOGY = (
 
 
 async def run_fallback(
-    ctx: FallbackContext, templates: dict[str, dict[str, Any]]
+    ctx: FallbackContext, templates: dict[str, FallbackTemplate]
 ) -> FallbackResult:
     """Run the strategy named in ``ctx`` with its template from ``templates``; an unknown
     or missing one gives a plain apology."""

@@ -5,9 +5,11 @@ service runs the agents, this module only writes down what they did."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 from uuid import UUID
 
+from app.agents.schemas import Agent
+from app.common.jsontypes import JsonValue
 from app.coordination.dispatch import CallResult
 from app.coordination.fallbacks import FallbackResult
 from app.coordination.intents import DetectedIntent, IntentRules, Prioritization
@@ -22,7 +24,6 @@ from app.coordination.schemas import (
     MemoryUpdateOutcome,
     MessageResult,
     RoutedTo,
-    RoutingAgent,
 )
 from app.coordination.turn import Turn, TurnStep
 from app.sessions.schemas import PendingAction, Session
@@ -32,7 +33,7 @@ from app.sessions.state import evolve
 NOBODY = "No agent is available for this request."
 
 
-def response_text(output: Any) -> str:
+def response_text(output: object) -> str:
     """The user-facing text in an agent's output_data."""
     if isinstance(output, str):
         return output
@@ -48,7 +49,7 @@ def response_text(output: Any) -> str:
 class AgentStep:
     """One agent call of a turn and what came of it."""
 
-    agent: RoutingAgent
+    agent: Agent
     intent: DetectedIntent
     call: CallResult
     fallback: FallbackResult | None
@@ -129,7 +130,7 @@ class TurnOutcome:
         return self.steps[-1].response if self.steps else None
 
     @property
-    def output_data(self) -> Any:
+    def output_data(self) -> JsonValue:
         """The last agent's output, or its fallback's data."""
         if self.response is not None:
             return self.response.output_data

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Any
 
 from app.coordination.intents import DetectedIntent, IntentRules, Prioritization
 from app.sessions.schemas import MAX_PENDING_ACTIONS, PendingAction
@@ -80,7 +79,7 @@ def settle_claim(
         return [*actions[:index], *actions[index + 1 :]]
     attempts = current.attempts + 1
     gave_up = attempts >= MAX_PENDING_ATTEMPTS
-    changes: dict[str, Any] = {
+    changes: dict[str, object] = {
         "attempts": attempts,
         "status": "failed" if gave_up else "pending",
         "claimed_at": None,

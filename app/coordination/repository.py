@@ -2,24 +2,25 @@
 
 from __future__ import annotations
 
+import logging
 from datetime import datetime
 from uuid import UUID
 
 import msgspec
 
-from app.coordination.fallbacks import FallbackData, Lesson
+from app.coordination.fallbacks import FallbackData, FallbackTemplate, Lesson
 from app.coordination.schemas import (
     Decision,
     IntentModifier,
     IntentType,
     PublishedBreaker,
-    RoutingAgent,
     RuleData,
 )
 from app.db.pool import Connection
 from app.db.queries import QUERIES
 
 Q = QUERIES.coordination
+logger = logging.getLogger("switchboard.coordination")
 
 
 async def intent_rule_data(conn: Connection) -> RuleData:
@@ -28,11 +29,6 @@ async def intent_rule_data(conn: Connection) -> RuleData:
     if row is None:  # a SELECT without FROM always returns one row
         raise RuntimeError("intent_rules returned no row")
     return msgspec.convert(dict(row), RuleData)
-
-
-async def routing_agents(conn: Connection) -> list[RoutingAgent]:
-    """Every agent with its routing settings."""
-    return [msgspec.convert(dict(row), RoutingAgent) for row in await conn.fetch(Q.routing_agents)]
 
 
 async def list_intent_types(conn: Connection) -> list[IntentType]:
@@ -75,7 +71,15 @@ async def put_intent_modifier(
 
 async def fallback_data(conn: Connection) -> FallbackData:
     """Every fallback strategy's template and every stored lesson."""
-    templates = {row["name"]: row["template"] for row in await conn.fetch(Q.fallback_templates)}
+    templates: dict[str, FallbackTemplate] = {}
+    for row in await conn.fetch(Q.fallback_templates):
+        try:
+            templates[row["name"]] = msgspec.convert(row["template"], FallbackTemplate)
+        except msgspec.ValidationError:
+            # Its strategy answers with the plain apology, as for a missing template.
+            logger.warning(
+                "fallback template %s is not valid; not used", row["name"], exc_info=True
+            )
     lessons = tuple(
         Lesson(
             topic=row["topic"],

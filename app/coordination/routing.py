@@ -1,5 +1,5 @@
 """Which agent takes an intent, and whether it can answer now: pure functions over the
-registry (``RoutingAgent``) and the breaker states, no I/O."""
+registry (``Agent``) and the breaker states, no I/O."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from app.agents.schemas import Agent
 from app.coordination.intents import DetectedIntent
-from app.coordination.schemas import RoutingAgent
 
 _WORD = re.compile(r"[a-z0-9]+")
 
@@ -17,7 +17,7 @@ _WORD = re.compile(r"[a-z0-9]+")
 class Route:
     """The agent an intent goes to and why ("intent", "skill" or "default")."""
 
-    agent: RoutingAgent
+    agent: Agent
     routed_by: str
 
 
@@ -26,7 +26,7 @@ class Handoff:
     """Where a direct_agent_routing fallback passes a message: the agent, the intent it
     takes, and the other intents found on the way (queued)."""
 
-    agent: RoutingAgent
+    agent: Agent
     intent: DetectedIntent
     others: tuple[DetectedIntent, ...]
 
@@ -39,9 +39,7 @@ class RoutingPolicy:
     classifier_agent: str
 
 
-def route(
-    intent: DetectedIntent, agents: Sequence[RoutingAgent], policy: RoutingPolicy
-) -> Route | None:
+def route(intent: DetectedIntent, agents: Sequence[Agent], policy: RoutingPolicy) -> Route | None:
     """The agent for an intent.
 
     An intent some keyword (or the classifier, or a queued action) named goes to the agent
@@ -64,7 +62,7 @@ def route(
     return Route(default, "default") if default else None
 
 
-def classifier_agent(agents: Sequence[RoutingAgent], policy: RoutingPolicy) -> RoutingAgent | None:
+def classifier_agent(agents: Sequence[Agent], policy: RoutingPolicy) -> Agent | None:
     """The AI classifier, when it is registered, enabled and has a url to be called at."""
     return next(
         (a for a in agents if a.name == policy.classifier_agent and a.enabled and a.url), None
@@ -72,10 +70,10 @@ def classifier_agent(agents: Sequence[RoutingAgent], policy: RoutingPolicy) -> R
 
 
 def handoff(
-    failed: RoutingAgent,
+    failed: Agent,
     taken: Iterable[str],
     ranked: Sequence[DetectedIntent],
-    agents: Sequence[RoutingAgent],
+    agents: Sequence[Agent],
     policy: RoutingPolicy,
 ) -> Handoff | None:
     """Where ``direct_agent_routing`` passes a request the failed agent (the orchestrator)
@@ -96,21 +94,19 @@ def handoff(
     return None
 
 
-def serving_agent(intent: str, agents: Sequence[RoutingAgent]) -> RoutingAgent | None:
+def serving_agent(intent: str, agents: Sequence[Agent]) -> Agent | None:
     """The enabled agent that lists ``intent``: one with a url first, then by name."""
     serving = [a for a in agents if a.enabled and intent in a.intents]
     return min(serving, key=lambda a: (a.url is None, a.name), default=None)
 
 
-def intent_agents(agents: Sequence[RoutingAgent]) -> dict[str, str]:
+def intent_agents(agents: Sequence[Agent]) -> dict[str, str]:
     """Every intent some enabled agent lists, and the agent that serves it."""
     served = {intent for agent in agents if agent.enabled for intent in agent.intents}
     return {intent: chosen.name for intent in served if (chosen := serving_agent(intent, agents))}
 
 
-def best_skill_match(
-    text: str, agents: Sequence[RoutingAgent], policy: RoutingPolicy
-) -> RoutingAgent | None:
+def best_skill_match(text: str, agents: Sequence[Agent], policy: RoutingPolicy) -> Agent | None:
     """The enabled agent (not the classifier, not the default agent) whose skill tags share
     the most words with ``text``; the first by registry order on a tie; None without a hit."""
     words = set(_WORD.findall(text.lower()))

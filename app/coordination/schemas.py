@@ -5,12 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import partial
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 from uuid import UUID
 
 import msgspec
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
 
+from app.common.jsontypes import JsonObject, JsonValue
 from app.common.validation import MAX_JSON_DEPTH, reject_deep_json
 from app.coordination.breaker import BreakerState
 from app.coordination.intents import SERVER_MODIFIERS, IntentRules
@@ -83,17 +84,55 @@ class BreakerCommand(BaseModel):
 # -- the seed's AgentCommunicationProtocol ----------------------------------------------
 
 
+@dataclass(frozen=True, slots=True)
+class AgentInput:
+    """An agent's ``input_data``: the message, the intent it is to handle and its clause,
+    and the other intents found in the message."""
+
+    message: str
+    intent: str
+    clause: str
+    secondary_intents: list[str]
+
+
+@dataclass(frozen=True, slots=True)
+class AgentContext:
+    """An agent's ``context``: the session as the API shows it, and the context flags."""
+
+    session_type: str
+    # As stored and shown: the seed's fields and whatever agents added to it.
+    session_state: JsonObject
+    current_agent: str | None
+    progress_percentage: int
+    context_flags: list[str]
+
+
+@dataclass(frozen=True, slots=True)
+class ClassifierInput:
+    """The AI classifier's ``input_data``: the message and the intents it may name."""
+
+    message: str
+    intents: list[str]
+
+
+@dataclass(frozen=True, slots=True)
+class ClassifierContext:
+    """The AI classifier's ``context``."""
+
+    context_flags: list[str]
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AgentRequest:
-    """What an agent (or the AI classifier) is sent: the seed's request format.
-    ``input_data`` and ``context`` are the protocol's free-form objects."""
+    """What an agent (or the AI classifier) is sent: the seed's request format, whose
+    ``input_data`` and ``context`` objects are Switchboard's to fill (as above)."""
 
     agent_name: str
     request_id: str
     user_id: str | None
     session_id: str | None
-    input_data: dict[str, Any]
-    context: dict[str, Any]
+    input_data: AgentInput | ClassifierInput
+    context: AgentContext | ClassifierContext
     priority: int
     timeout_ms: int
 
@@ -104,7 +143,7 @@ class MemoryUpdate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     memory_type: Identifier
-    content: Any
+    content: JsonValue
     category: Identifier | None = None
     key: Annotated[str, StringConstraints(min_length=1, max_length=200)] | None = None
     access_level: Identifier | None = None
@@ -133,7 +172,7 @@ class AgentResponse(BaseModel):
     # Kept in session_state.agent_outputs.<agent>, two levels below the state's top: an
     # answer nested deeper than a stored session may be is not an answer (data corruption).
     output_data: Annotated[
-        Any, AfterValidator(partial(reject_deep_json, max_depth=MAX_JSON_DEPTH - 2))
+        JsonValue, AfterValidator(partial(reject_deep_json, max_depth=MAX_JSON_DEPTH - 2))
     ] = None
     memory_updates: list[MemoryUpdate] = Field(default_factory=list, max_length=100)
     next_agent_suggestions: list[str] = Field(default_factory=list, max_length=20)
@@ -186,11 +225,20 @@ class Analysis:
 
 
 @dataclass(frozen=True, slots=True)
+class RejectedMemoryUpdate:
+    """A memory update that was not stored: its place in the agent's list, and why."""
+
+    index: int
+    status: int
+    detail: str
+
+
+@dataclass(frozen=True, slots=True)
 class MemoryUpdateOutcome:
     """What happened to the memory updates an agent returned."""
 
     applied: int = 0
-    rejected: list[dict[str, Any]] = field(default_factory=list)
+    rejected: list[RejectedMemoryUpdate] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,9 +257,10 @@ class MessageResult:
     routed_to: str | None
     intents: list[IntentView]
     clarification: ClarificationView | None
-    pending_actions: list[dict[str, Any]]
+    # The session's pending actions as stored and shown (clients may add members).
+    pending_actions: list[JsonObject]
     progress_percentage: int
-    output_data: Any
+    output_data: JsonValue
     next_agent_suggestions: list[str]
     memory_updates: MemoryUpdateOutcome
     execution_time_ms: int
@@ -233,7 +282,7 @@ class DecisionResponse(msgspec.Struct, frozen=True):
     """What the user was answered."""
 
     text: str
-    output_data: Any
+    output_data: JsonValue
     next_agent_suggestions: list[str]
     # Decisions recorded before direct routing passed messages on have none.
     routed_to: RoutedTo | None = None
@@ -345,22 +394,5 @@ class BreakerView:
     state: str
     failure_count: int
     opened_at: datetime | None
-    fail_max: int
-    reset_timeout_ms: int
-
-
-@dataclass(frozen=True, slots=True)
-class RoutingAgent:
-    """What routing and dispatch need to know about an agent."""
-
-    name: str
-    roles: list[str]
-    url: str | None
-    timeout_ms: int
-    retry_attempts: int
-    fallback_strategy: str | None
-    intents: list[str]
-    skills: list[dict[str, Any]]
-    enabled: bool
     fail_max: int
     reset_timeout_ms: int

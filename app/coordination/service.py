@@ -2,8 +2,9 @@
 memory updates -> session update and decision record. The API, the n8n webhooks and the
 pending-action queue all come through here.
 
-The service orchestrates; the rules live in modules of their own: ``intents`` (detection,
-scoring, ranking), ``context`` (the session's own flags), ``routing`` (which agent, and
+The service orchestrates; the rules live in modules of their own: ``rules`` (the intent
+rules and fallback wording, as stored and cached), ``intents`` (detection, scoring,
+ranking), ``context`` (the session's own flags), ``routing`` (which agent, and
 where a failed orchestrator passes a request), ``dispatch`` (calling an agent),
 ``fallbacks`` (answering without it), ``memory_updates``, ``outcome`` (the decision, the
 session turn and the answer, made of what happened), ``turn`` (the session update) and
@@ -18,6 +19,8 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from uuid import UUID
 
+from app.agents import repository as agents_repo
+from app.agents.schemas import Agent
 from app.auth.principal import Principal
 from app.clock import Clock
 from app.common.pagination import FIRST_PAGE, cut_page, decode_time_id_cursor
@@ -52,24 +55,18 @@ from app.coordination.routing import (
     intent_agents,
     route,
 )
+from app.coordination.rules import Rules, RulesService
 from app.coordination.schemas import (
     Analysis,
     AnalyzeRequest,
-    BreakerView,
     DecisionPage,
-    IntentModifier,
-    IntentType,
-    IntentTypeWrite,
     MemoryUpdateOutcome,
     MessageRequest,
     MessageResult,
-    ModifierWrite,
-    RoutingAgent,
-    RuleData,
 )
 from app.coordination.turn import apply_turn
 from app.db.pool import Database
-from app.errors import Conflict, NotFound
+from app.errors import Conflict
 from app.memories.schemas import Memory
 from app.memories.service import MemoryService
 from app.sessions.schemas import PendingAction, Session, SessionContent
@@ -91,7 +88,8 @@ class _Message:
     flags: list[str]
     principal: Principal
     rules: IntentRules
-    agents: list[RoutingAgent]
+    fallbacks: FallbackData
+    agents: list[Agent]
 
 
 class CoordinationService:
@@ -104,6 +102,7 @@ class CoordinationService:
         settings: CoordinationSettings,
         sessions: SessionService,
         memories: MemoryService,
+        rules: RulesService,
         breakers: BreakerRegistry,
         agents: AgentClient,
     ) -> None:
@@ -112,15 +111,12 @@ class CoordinationService:
         self._settings = settings
         self._sessions = sessions
         self._memories = memories
+        self._rules = rules
         self._breakers = breakers
         self._agents = agents
         self._policy = RoutingPolicy(
             default_agent=settings.default_agent, classifier_agent=settings.classifier_agent
         )
-        self._rules: IntentRules | None = None
-        self._rule_data = RuleData(weights={}, keywords={}, modifiers={}, cues={})
-        self._fallback_data = FallbackData(templates={}, lessons=())
-        self._rules_loaded_at = 0.0
 
     # -- analysis ----------------------------------------------------------------------
 
@@ -129,7 +125,8 @@ class CoordinationService:
         flags = set(data.context_flags)
         if data.session_id is not None:
             flags |= session_flags(await self._sessions.get_session(data.session_id))
-        rules, agents = await self._load()
+        loaded, agents = await self._load()
+        rules = loaded.intents
         intents, classifier = await self._classify(data.message, sorted(flags), rules, agents, None)
         prio = self._prioritize(intents, rules, agents)
         found = route(prio.primary, agents, self._policy) if prio.primary is not None else None
@@ -194,57 +191,6 @@ class CoordinationService:
         page, next_cursor = cut_page(items, limit, lambda d: (d.created_at, d.decision_id))
         return DecisionPage(items=page, next_cursor=next_cursor)
 
-    # -- rules and breakers administration ---------------------------------------------
-
-    async def list_intents(self) -> list[IntentType]:
-        """Intent types, weights and keywords."""
-        async with self._db.connection() as conn:
-            return await repo.list_intent_types(conn)
-
-    async def put_intent(self, name: str, data: IntentTypeWrite) -> IntentType:
-        """Create or change an intent type and replace its keywords."""
-        keywords = sorted({" ".join(k.lower().split()) for k in data.keywords} - {""})
-        async with self._db.transaction() as conn:
-            await repo.put_intent_type(
-                conn, name, data.base_weight, data.description, keywords, self._clock.now()
-            )
-            types = await repo.list_intent_types(conn)
-        self._rules = None
-        return next(t for t in types if t.name == name)
-
-    async def list_modifiers(self) -> list[IntentModifier]:
-        """Context modifiers, points and cues."""
-        async with self._db.connection() as conn:
-            return await repo.list_intent_modifiers(conn)
-
-    async def put_modifier(self, name: str, data: ModifierWrite) -> IntentModifier:
-        """Change a modifier's points and replace its cues."""
-        cues = sorted({" ".join(c.lower().split()) for c in data.cues} - {""})
-        async with self._db.transaction() as conn:
-            if not await repo.put_intent_modifier(conn, name, data.points, data.description, cues):
-                raise NotFound(f"No context modifier {name!r}.")
-            modifiers = await repo.list_intent_modifiers(conn)
-        self._rules = None
-        return next(m for m in modifiers if m.name == name)
-
-    async def breaker(self, name: str) -> BreakerView:
-        """An agent's breaker as this replica sees it."""
-        agent = await self._agent(name)
-        snapshot = self._breakers.breaker_for(agent).snapshot()
-        return BreakerView(
-            agent=name,
-            state=snapshot.state,
-            failure_count=snapshot.failure_count,
-            opened_at=snapshot.opened_at,
-            fail_max=agent.fail_max,
-            reset_timeout_ms=agent.reset_timeout_ms,
-        )
-
-    async def set_breaker(self, name: str, state: str) -> BreakerView:
-        """Isolate an agent (open) or bring it back (closed), on every replica."""
-        await self._breakers.isolate(await self._agent(name), state)
-        return await self.breaker(name)
-
     # -- the pipeline ------------------------------------------------------------------
 
     async def _coordinate(
@@ -259,7 +205,8 @@ class CoordinationService:
         fallback, then write the session change and its decision with one statement."""
         started = time.monotonic()
         content_of(session)  # a session that cannot be written is refused before any work
-        rules, agents = await self._load()
+        loaded, agents = await self._load()
+        rules = loaded.intents
         flags = sorted(caller_flags | session_flags(session))
         if pending is None:
             intents, classifier = await self._classify(text, flags, rules, agents, session)
@@ -269,7 +216,7 @@ class CoordinationService:
         found = route(prio.primary, agents, self._policy) if prio.primary is not None else None
         outcome = TurnOutcome(flags, classifier, prio, found)
         if found is not None:
-            msg = _Message(session, text, flags, principal, rules, agents)
+            msg = _Message(session, text, flags, principal, rules, loaded.fallbacks, agents)
             outcome = replace(outcome, steps=await self._run(found, prio, msg))
         decision = outcome.decision(session.session_id, text, principal.name, _ms_since(started))
         turn = outcome.turn(pending, {a.name for a in agents})
@@ -301,7 +248,7 @@ class CoordinationService:
 
     async def _run_agent(
         self,
-        agent: RoutingAgent,
+        agent: Agent,
         intent: DetectedIntent,
         secondaries: tuple[DetectedIntent, ...],
         msg: _Message,
@@ -332,7 +279,7 @@ class CoordinationService:
         text: str,
         flags: list[str],
         rules: IntentRules,
-        agents: list[RoutingAgent],
+        agents: list[Agent],
         session: Session | None,
     ) -> tuple[list[DetectedIntent], str]:
         """The AI classifier when configured and healthy, else the keyword rules."""
@@ -352,7 +299,7 @@ class CoordinationService:
         ), "rules (classifier unavailable: keyword_based_intent_detection)"
 
     def _prioritize(
-        self, intents: list[DetectedIntent], rules: IntentRules, agents: list[RoutingAgent]
+        self, intents: list[DetectedIntent], rules: IntentRules, agents: list[Agent]
     ) -> Prioritization:
         """The seed's ranking, availability included: an intent whose agent's breaker is
         refusing calls gets the agent_unavailable modifier, so another agent's intent can
@@ -366,7 +313,7 @@ class CoordinationService:
         return prioritize(ranked, rules, self._settings.clarification_margin)
 
     async def _fallback(
-        self, agent: RoutingAgent, intent: DetectedIntent, routed: Handoff | None, msg: _Message
+        self, agent: Agent, intent: DetectedIntent, routed: Handoff | None, msg: _Message
     ) -> FallbackResult:
         """The failed agent's rule-based answer. What it reads of the user's memories, it
         reads as the message's principal (whoever sent it and sees the answer)."""
@@ -393,9 +340,9 @@ class CoordinationService:
             read_profile=read_profile,
             routed_agent=routed.agent.name if routed else None,
             routed_intent=routed.intent.intent if routed else None,
-            lessons=self._fallback_data.lessons,
+            lessons=msg.fallbacks.lessons,
         )
-        return await run_fallback(ctx, self._fallback_data.templates)
+        return await run_fallback(ctx, msg.fallbacks.templates)
 
     # -- helpers -----------------------------------------------------------------------
 
@@ -407,28 +354,12 @@ class CoordinationService:
             )
         return session
 
-    async def _agent(self, name: str) -> RoutingAgent:
+    async def _load(self) -> tuple[Rules, list[Agent]]:
+        """The agents (always fresh) and the rules (cached briefly by ``RulesService``)."""
         async with self._db.connection() as conn:
-            agents = await repo.routing_agents(conn)
-        agent = next((a for a in agents if a.name == name), None)
-        if agent is None:
-            raise NotFound(f"No agent named {name!r}.")
-        return agent
-
-    async def _load(self) -> tuple[IntentRules, list[RoutingAgent]]:
-        """The routing agents (always fresh) and the intent rules (cached briefly, with the
-        fallbacks' wording: reference data both)."""
-        async with self._db.connection() as conn:
-            agents = await repo.routing_agents(conn)
-            fresh = time.monotonic() - self._rules_loaded_at < self._settings.rules_cache_seconds
-            if self._rules is None or not fresh:
-                self._rule_data = await repo.intent_rule_data(conn)
-                self._fallback_data = await repo.fallback_data(conn)
-                self._rules_loaded_at = time.monotonic()
-        serving = intent_agents(agents)
-        if self._rules is None or not fresh or self._rules.intent_agents != serving:
-            self._rules = self._rule_data.rules(serving)
-        return self._rules, agents
+            agents = await agents_repo.list_agents(conn)
+            rules = await self._rules.current(conn, intent_agents(agents))
+        return rules, agents
 
 
 def _ms_since(started: float) -> int:

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any
 from uuid import uuid4
 
+from app.common.jsontypes import JsonValue
 from app.coordination.intents import DetectedIntent
 from app.coordination.pending import NewId, enqueue, settle_claim
 from app.sessions.schemas import SHORT_TEXT_MAX, PendingAction, SessionContent
@@ -30,7 +30,7 @@ class TurnStep:
     answered: bool
     # What the user reads of this step (the agent's answer or the fallback's text).
     reply: str
-    output_data: Any = None
+    output_data: JsonValue = None
     # The agent this step passed the turn to, or a registered one its answer suggested.
     next_agent: str | None = None
     fallback: str | None = None
@@ -62,7 +62,7 @@ def apply_turn(
     state = base.session_state
     actions = _queue(list(state.pending_actions), now, turn, new_id)
     context = state.conversation_context
-    context_changes: dict[str, Any] = {"turn_count": context.turn_count + 1}
+    context_changes: dict[str, object] = {"turn_count": context.turn_count + 1}
     if turn.primary is not None:
         context_changes["last_intent"] = turn.primary.intent
 
@@ -126,7 +126,7 @@ def _queue(
     return enqueue(actions, new, new_id)
 
 
-def _reported_progress(output: Any, current: int) -> int:
+def _reported_progress(output: object, current: int) -> int:
     """The progress an agent reported in its output, if it is a valid percentage."""
     reported = output.get("progress_percentage") if isinstance(output, dict) else None
     if isinstance(reported, int) and not isinstance(reported, bool) and 0 <= reported <= 100:

@@ -36,8 +36,8 @@ async def _reset_connection(conn: asyncpg.Connection[asyncpg.Record]) -> None:
     asyncpg's default reset sends ``pg_advisory_unlock_all(); CLOSE ALL; UNLISTEN *;
     RESET ALL`` on every release: one more round trip per request. Pooled connections never
     carry session state here (no SET, LISTEN, session advisory locks or held cursors:
-    tests/unit/test_queries.py checks the named queries, and the breaker listener and the
-    replica presence lock have connections of their own), and asyncpg still rolls back a
+    tests/unit/test_queries.py checks the named queries, and LISTEN (app/db/listener.py)
+    and the replica presence lock have connections of their own), and asyncpg still rolls back a
     transaction left open before calling this."""
 
 

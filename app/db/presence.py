@@ -21,6 +21,7 @@ import logging
 
 import asyncpg
 
+from app.common.background import stop_loop
 from app.db.queries import QUERIES
 
 logger = logging.getLogger("switchboard.presence")
@@ -60,16 +61,8 @@ class ReplicaPresence:
     async def stop(self) -> None:
         """Give the lock up (closing its connection)."""
         if self._task is not None:
-            # Ask the loop to stop rather than cancel it: a cancelled asyncpg.connect() can
-            # leave a future whose error nobody retrieves.
-            self._stopping.set()
-            self._nudge.set()
-            try:
-                await asyncio.wait_for(self._task, timeout=10)
-            except TimeoutError:
-                self._task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await self._task
+            self._nudge.set()  # wake it now, not at its next check
+            await stop_loop(self._task, self._stopping)
             self._task = None
         await self._close()
 

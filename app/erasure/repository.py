@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 from uuid import UUID
 
 from app.db.pool import Connection
 from app.db.queries import QUERIES
+from app.memories.schemas import AuditQuery
 
 Q = QUERIES.erasure
 
@@ -109,8 +109,8 @@ async def record_erasure(
     erased_by: str,
     acting_principal: str | None,
     at: datetime,
-    counts: dict[str, Any],
-    audit_query: dict[str, Any],
+    counts: dict[str, dict[str, int]],
+    audit_query: AuditQuery,
     memories_erased: int,
 ) -> None:
     """Write the erasure record (user id hashed) and its audit row."""

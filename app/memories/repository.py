@@ -4,16 +4,37 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import NamedTuple
 from uuid import UUID
 
 import asyncpg
 
+from app.common.jsontypes import JsonValue
 from app.db.pool import Connection
 from app.db.queries import QUERIES
-from app.memories.schemas import AccessLevel, AccessLogEntry, Category, Memory, MemoryType
+from app.memories.schemas import (
+    AccessLevel,
+    AccessLogEntry,
+    AuditQuery,
+    Category,
+    Memory,
+    MemoryType,
+)
 
 Q = QUERIES.memories
+
+
+class AccessLogRow(NamedTuple):
+    """One audit row to append, in insert_access_log's parameter order."""
+
+    agent_name: str
+    acting_principal: str | None
+    action: str
+    memory_id: UUID | None
+    query: AuditQuery | None
+    allowed: bool
+    rows: int
+    at: datetime
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,7 +65,8 @@ class MemoryFilter:
     user_id: UUID | None = None
     session_id: UUID | None = None
     agent_name: str | None = None
-    contains: Any = None
+    # A JSON object or array the content must contain (jsonb @>).
+    contains: JsonValue = None
     memory_type: str | None = None
     category: str | None = None
     since: datetime | None = None
@@ -112,7 +134,7 @@ async def insert_memory(
     memory_type: str,
     category: str,
     key: str | None,
-    content: Any,
+    content: JsonValue,
     content_size: int,
     access_level: str,
     now: datetime,
@@ -157,7 +179,7 @@ async def update_memory(
     conn: Connection,
     *,
     memory_id: UUID,
-    content: Any,
+    content: JsonValue,
     content_size: int,
     access_level: str,
     memory_type: str,
@@ -214,7 +236,7 @@ async def list_memories(
     now: datetime,
     reader: Reader,
     limit: int,
-    audit: tuple[str | None, dict[str, Any]],
+    audit: tuple[str | None, AuditQuery],
 ) -> list[Memory]:
     """A keyset page of up to ``limit`` rows (fetch one more than a page), newest first,
     through the index that fits the filter. The same statement writes the read's audit
@@ -373,8 +395,8 @@ async def live_memory_level(conn: Connection, memory_id: UUID, now: datetime) ->
     return level
 
 
-async def insert_access_logs(conn: Connection, entries: list[tuple[Any, ...]]) -> None:
-    """Append audit rows (tuples in insert_access_log's parameter order)."""
+async def insert_access_logs(conn: Connection, entries: list[AccessLogRow]) -> None:
+    """Append audit rows."""
     if len(entries) == 1:
         # Most requests log one row: a plain execute is one message, executemany more.
         await conn.execute(Q.insert_access_log, *entries[0])

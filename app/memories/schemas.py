@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeAlias
 from uuid import UUID
 
 import msgspec
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints
 
+from app.common.jsontypes import JsonValue
 from app.common.validation import reject_deep_json
 from app.sessions.schemas import Session
 
@@ -20,6 +22,10 @@ Identifier = Annotated[str, StringConstraints(pattern=IDENTIFIER_PATTERN.pattern
 MemoryKey = Annotated[str, StringConstraints(min_length=1, max_length=200)]
 
 MAX_BATCH = 500
+
+# What an audited access asked for (``memory_access_log.query``): the names of the filters
+# and the values given, as text or counts.
+AuditQuery: TypeAlias = Mapping[str, str | int]
 
 
 def _require_bounded_content(value: Any) -> Any:
@@ -98,7 +104,7 @@ class Memory(msgspec.Struct, frozen=True):
     memory_type: str
     category: str
     key: str | None
-    content: Any
+    content: JsonValue
     content_size: int
     access_level: str
     version: int
@@ -181,7 +187,7 @@ class AccessLogEntry:
     acting_principal: str | None
     action: str
     memory_id: UUID | None
-    query: Any
+    query: JsonValue
     allowed: bool
     rows: int
     at: datetime

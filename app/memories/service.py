@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, NoReturn, TypeVar
+from typing import NoReturn, TypeVar
 from uuid import UUID
 
 import orjson
@@ -25,10 +25,16 @@ from app.errors import (
     VersionConflict,
 )
 from app.memories import repository as repo
-from app.memories.repository import MemoryFilter, Reader, WriteReference
+from app.memories.repository import (
+    AccessLogRow,
+    MemoryFilter,
+    Reader,
+    WriteReference,
+)
 from app.memories.schemas import (
     AccessLevel,
     AccessLogPage,
+    AuditQuery,
     Category,
     CategoryChange,
     CategoryWrite,
@@ -64,7 +70,7 @@ class _PlannedWrite:
 class _Denied(Exception):
     """Raised inside a transaction so it rolls back; the audit row is written after."""
 
-    def __init__(self, error: SwitchboardError, entries: list[tuple[Any, ...]]) -> None:
+    def __init__(self, error: SwitchboardError, entries: list[AccessLogRow]) -> None:
         super().__init__(error.detail)
         self.error = error
         self.entries = entries
@@ -79,6 +85,17 @@ def _taken_key(plan: _PlannedWrite, field: str) -> Conflict:
         "keys: prefixing yours with your agent name avoids collisions).",
         errors=[{"field": field, "message": "key already in use"}],
     )
+
+
+def _as_created(
+    before_commit: BeforeCommit[tuple[Memory, bool]],
+) -> BeforeCommit[list[Memory]]:
+    """``before_commit`` of ``remember`` for a single write: its memory, created."""
+
+    async def run(conn: Connection, stored: list[Memory]) -> None:
+        await before_commit(conn, (stored[0], True))
+
+    return run
 
 
 def reader_of(principal: Principal) -> Reader:
@@ -142,15 +159,28 @@ class MemoryService:
         ``If-Match`` (bases) makes the replace conditional on the version; ``If-None-Match: *``
         (create_only) refuses to replace. ``before_commit`` runs in the same transaction.
         """
+        return await self._upsert(
+            data, data.category, data.key, bases, create_only, principal, before_commit
+        )
+
+    async def _upsert(
+        self,
+        data: MemoryUpsert | MemoryWrite,
+        category: str,
+        key: str,
+        bases: set[int] | None,
+        create_only: bool,
+        principal: Principal,
+        before_commit: BeforeCommit[tuple[Memory, bool]] | None,
+    ) -> tuple[Memory, bool]:
+        """``upsert_by_key`` of ``data``, named (``category``, ``key``)."""
         now = self._clock.now()
         reader = reader_of(principal)
 
         async def run(conn: Connection) -> tuple[Memory, bool]:
             plan = (await self._plan(conn, [data], batch=False))[0]
             # Expired memories and ones the caller may not read are absent here, as for reads.
-            current = await repo.lock_memory_by_key(
-                conn, data.user_id, data.category, data.key, now, reader
-            )
+            current = await repo.lock_memory_by_key(conn, data.user_id, category, key, now, reader)
             if current is None:
                 if bases is not None:
                     raise VersionConflict(
@@ -196,6 +226,24 @@ class MemoryService:
             return memory, created
 
         return await self._audited_transaction(run)
+
+    async def remember(
+        self,
+        item: MemoryWrite,
+        principal: Principal,
+        before_commit: BeforeCommit[tuple[Memory, bool]] | None = None,
+    ) -> tuple[Memory, bool]:
+        """Store a memory a caller names or not: with a category and a key it creates or
+        replaces the memory of that name (as ``upsert_by_key``), without them it is written
+        as new. Returns (memory, created); ``before_commit`` runs in the same transaction.
+        What an agent's answer and the n8n memory webhook ask to store comes through here."""
+        if item.category is not None and item.key is not None:
+            return await self._upsert(
+                item, item.category, item.key, None, False, principal, before_commit
+            )
+        then = None if before_commit is None else _as_created(before_commit)
+        memory = (await self.write([item], principal, batch=False, before_commit=then))[0]
+        return memory, True
 
     async def delete(self, memory_id: UUID, principal: Principal) -> None:
         """Delete a memory the caller can see (404 otherwise, as for a read)."""
@@ -262,7 +310,7 @@ class MemoryService:
         limit: int,
         cursor: str | None,
         principal: Principal,
-        query: dict[str, Any],
+        query: AuditQuery,
     ) -> MemoryPage:
         """Live memories the caller may read, newest first; ``query`` is what gets audited."""
         if (
@@ -596,10 +644,12 @@ class MemoryService:
         principal: Principal,
         action: str,
         memory_id: UUID | None,
-        query: Any,
+        query: AuditQuery | None,
         allowed: bool,
         rows: int,
         at: datetime,
-    ) -> tuple[Any, ...]:
-        """One audit row, in insert_access_log's parameter order."""
-        return (principal.name, principal.delegated_by, action, memory_id, query, allowed, rows, at)
+    ) -> AccessLogRow:
+        """One audit row of ``principal``'s access."""
+        return AccessLogRow(
+            principal.name, principal.delegated_by, action, memory_id, query, allowed, rows, at
+        )

@@ -35,6 +35,7 @@ from uuid import UUID
 import orjson
 
 from app.clock import Clock
+from app.common.background import stop_loop
 from app.db.pool import Connection, Database
 from app.db.presence import ReplicaPresence
 from app.errors import (
@@ -137,13 +138,7 @@ class IdempotencyService:
     async def stop(self) -> None:
         """Stop renewing (requests still running lose their lease after it runs out)."""
         if self._renewer is not None:
-            self._stopping.set()
-            try:
-                await asyncio.wait_for(self._renewer, timeout=10)
-            except TimeoutError:
-                self._renewer.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await self._renewer
+            await stop_loop(self._renewer, self._stopping)
             self._renewer = None
 
     async def purge_expired(self, sweep: Sweep) -> None:

@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_vali
 from app.agents.schemas import AgentName
 from app.common.validation import DateTime
 from app.coordination.schemas import ContextFlag, MessageText
-from app.memories.schemas import Content, Identifier, MemoryKey
+from app.memories.schemas import Content, Identifier, MemoryKey, MemoryWrite
 from app.sessions.schemas import SessionType
 
 IdempotencyKey = Annotated[str, StringConstraints(min_length=1, max_length=255)]
@@ -90,6 +90,26 @@ class MemoryHook(BaseModel):
         if missing:
             raise ValueError(f"{self.action} needs {', '.join(missing)}")
         return self
+
+    def write(self) -> MemoryWrite:
+        """The memory ``action: write`` stores (its required fields are checked above)."""
+        return MemoryWrite.model_validate(
+            {
+                "user_id": self.user_id,
+                "session_id": self.session_id,
+                "memory_type": self.memory_type,
+                "category": self.category,
+                "key": self.key,
+                "content": self.memory_content,
+                "access_level": self.access_level,
+            }
+        )
+
+    def memory_name(self) -> tuple[UUID, str, str] | None:
+        """(user_id, category, key) when they name the memory to read, else None."""
+        if self.user_id is None or self.category is None or self.key is None:
+            return None
+        return self.user_id, self.category, self.key
 
 
 class CleanupHook(BaseModel):

@@ -18,13 +18,14 @@ from app.errors import CleanupFailed, Forbidden, NotFound, ValidationFailed
 from app.jobs.service import JobService
 from app.jobs.table import JOBS
 from app.memories.repository import MemoryFilter
-from app.memories.schemas import Memory, MemoryUpsert, MemoryWrite
+from app.memories.schemas import Memory
 from app.memories.service import BeforeCommit, MemoryService
 from app.sessions.schemas import SessionCreate, SessionState
 from app.sessions.service import SessionService
 from app.users.service import UserService
 from app.webhooks import repository as repo
 from app.webhooks.idempotency import Seal
+from app.webhooks.schemas import MemoryHook
 
 T = TypeVar("T")
 
@@ -122,56 +123,26 @@ class WebhookService:
         }
 
     async def memory(
-        self, principal: Principal, data: Any, seal: Seal | None = None
+        self, principal: Principal, data: MemoryHook, seal: Seal | None = None
     ) -> dict[str, Any]:
         """Write, read or query memories for ``data.agent_name``. A write's answer is
         sealed (stored under the request's Idempotency-Key) in the write's transaction."""
         acting = await self._acting_for(principal, data.agent_name)
         if data.action == "write":
-            if data.key is not None and data.category is not None:
-                memory, created = await self._memories.upsert_by_key(
-                    MemoryUpsert(
-                        user_id=data.user_id,
-                        session_id=data.session_id,
-                        category=data.category,
-                        key=data.key,
-                        memory_type=data.memory_type,
-                        content=data.memory_content,
-                        access_level=data.access_level,
-                    ),
-                    None,
-                    False,
-                    acting,
-                    before_commit=_sealing(seal, lambda result: _written(*result)),
-                )
-            else:
-                memory = (
-                    await self._memories.write(
-                        [
-                            MemoryWrite(
-                                user_id=data.user_id,
-                                session_id=data.session_id,
-                                memory_type=data.memory_type,
-                                category=data.category,
-                                key=data.key,
-                                content=data.memory_content,
-                                access_level=data.access_level,
-                            )
-                        ],
-                        acting,
-                        batch=False,
-                        before_commit=_sealing(seal, lambda stored: _written(stored[0], True)),
-                    )
-                )[0]
-                created = True
+            memory, created = await self._memories.remember(
+                data.write(),
+                acting,
+                before_commit=_sealing(seal, lambda result: _written(*result)),
+            )
             return _written(memory, created)
         if data.action == "read":
+            name = data.memory_name()
             if data.memory_id is not None:
                 memory = await self._memories.get(data.memory_id, acting)
-            else:
-                memory = await self._memories.get_by_key(
-                    data.user_id, data.category, data.key, acting
-                )
+            elif name is not None:
+                memory = await self._memories.get_by_key(*name, acting)
+            else:  # MemoryHook refuses such a read before it gets here
+                raise ValidationFailed("A read names memory_id, or user_id, category and key.")
             return {"action": "read", "memory": msgspec.structs.asdict(memory)}
         where = MemoryFilter(
             user_id=data.user_id,

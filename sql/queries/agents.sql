@@ -28,6 +28,9 @@ SELECT s.* FROM agents a, agent_shown(a) s
 WHERE a.name = $1
 
 -- name: list_agents
+-- Also what the coordinator routes by: every agent, and routing takes the enabled ones (an
+-- agent disabled with DELETE /v1/agents/<name> shows enabled false until a new key; it stays
+-- listed, so its breaker can still be managed).
 SELECT s.* FROM agents a, agent_shown(a) s
 ORDER BY s.name
 

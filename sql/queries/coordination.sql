@@ -12,14 +12,6 @@ SELECT
         SELECT modifier, jsonb_agg(phrase ORDER BY phrase) AS phrases
         FROM intent_modifier_cues GROUP BY modifier) c) AS cues
 
--- name: routing_agents
--- Every agent, with what routing needs. Routing takes only the enabled ones; an agent
--- disabled with DELETE /v1/agents/<name> (disabled_at) counts as not enabled until a new
--- key re-enables it (agent_shown in schema.sql; routing reads the columns it needs).
--- (Disabled agents stay listed: their breakers can still be managed.)
-SELECT s.* FROM agents a, agent_shown(a) s
-ORDER BY s.name
-
 -- name: list_intent_types
 SELECT t.name, t.base_weight, t.description, t.updated_at,
        coalesce(array_agg(k.phrase ORDER BY k.phrase) FILTER (WHERE k.phrase IS NOT NULL), '{}')

@@ -129,3 +129,30 @@ async def test_migrate_runs_from_any_directory(cli: Any) -> None:
     ran = await cli("migrate")
     assert ran.code == 0, ran.err
     assert "Traceback" not in ran.err
+
+
+async def test_a_bad_setting_is_one_line_naming_the_variable(cli: Any) -> None:
+    ran = await cli("agents", "list", SWITCHBOARD_PORT="eighty")
+    assert ran.code == 2
+    assert one_error_line(ran).startswith("SWITCHBOARD_PORT: Input should be a valid integer")
+    # A credential is named but never echoed.
+    ran = await cli("agents", "list", SWITCHBOARD_ADMIN_KEY="short-secret")
+    assert ran.code == 2
+    line = one_error_line(ran)
+    assert line.startswith("SWITCHBOARD_ADMIN_KEY: ")
+    assert "short-secret" not in line
+
+
+async def test_an_unusable_admin_key_file_is_one_line(cli: Any, tmp_path: Path) -> None:
+    key_file = tmp_path / "admin.key"
+    key_file.write_text("too-short\n")
+    ran = await cli(
+        "serve",
+        "--port",
+        "0",
+        "--no-migrate",
+        SWITCHBOARD_ADMIN_KEY="",
+        SWITCHBOARD_ADMIN_KEY_FILE=str(key_file),
+    )
+    assert ran.code == 1
+    assert "holds no usable admin key" in one_error_line(ran)

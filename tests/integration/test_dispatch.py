@@ -5,14 +5,19 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from uuid import uuid4
 
 import httpx
 import pytest
 
+from app.agents.schemas import Agent
 from app.coordination.breaker import AsyncCircuitBreaker
 from app.coordination.dispatch import AgentClient, RetryPolicy
-from app.coordination.schemas import AgentRequest, RoutingAgent
+from app.coordination.schemas import AgentRequest, ClassifierContext, ClassifierInput
 from tests.agent_server import AgentServer
+
+AGENT_TIME = datetime(2026, 10, 1, tzinfo=UTC)
 
 PAUSE = 0.4
 
@@ -39,9 +44,13 @@ async def failing_agent() -> AsyncIterator[AgentServer]:
 async def test_no_backoff_after_the_last_attempt(
     failing_agent: AgentServer, retry_attempts: int
 ) -> None:
-    agent = RoutingAgent(
+    agent = Agent(
+        agent_id=uuid4(),
         name="Flaky_Agent",
         roles=[],
+        created_at=AGENT_TIME,
+        disabled_at=None,
+        description="",
         url=failing_agent.url,
         timeout_ms=30_000,
         retry_attempts=retry_attempts,
@@ -51,6 +60,8 @@ async def test_no_backoff_after_the_last_attempt(
         enabled=True,
         fail_max=100,
         reset_timeout_ms=30_000,
+        has_key=True,
+        updated_at=AGENT_TIME,
     )
     breaker = AsyncCircuitBreaker("Flaky_Agent", fail_max=100, reset_timeout=30)
     policy = FixedPause()
@@ -61,8 +72,8 @@ async def test_no_backoff_after_the_last_attempt(
             request_id="r1",
             user_id=None,
             session_id=None,
-            input_data={},
-            context={},
+            input_data=ClassifierInput(message="hello", intents=[]),
+            context=ClassifierContext(context_flags=[]),
             priority=0,
             timeout_ms=agent.timeout_ms,
         )

@@ -7,11 +7,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
-from uuid import UUID
+from uuid import UUID, uuid4
 
 import msgspec
 import pytest
 
+from app.agents.schemas import Agent
 from app.coordination.context import session_flags
 from app.coordination.dispatch import CallResult
 from app.coordination.fallbacks import FallbackResult
@@ -31,11 +32,12 @@ from app.coordination.schemas import (
     Decision,
     DecisionRecord,
     MemoryUpdateOutcome,
-    RoutingAgent,
+    RejectedMemoryUpdate,
 )
 from app.sessions.schemas import PendingAction, Session
 
 NOW = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
+AGENT_TIME = datetime(2026, 10, 1, tzinfo=UTC)
 SESSION_ID = UUID("01900000-0000-7000-8000-000000000001")
 POLICY = RoutingPolicy(default_agent="Orchestrator_Agent", classifier_agent="Intent_Agent")
 RULES = IntentRules(
@@ -55,10 +57,14 @@ def agent(
     enabled: bool = True,
     fallback: str | None = None,
     tags: Sequence[str] = (),
-) -> RoutingAgent:
-    return RoutingAgent(
+) -> Agent:
+    return Agent(
+        agent_id=uuid4(),
         name=name,
         roles=[],
+        created_at=AGENT_TIME,
+        disabled_at=None,
+        description="",
         url=url,
         timeout_ms=1000,
         retry_attempts=0,
@@ -68,6 +74,8 @@ def agent(
         enabled=enabled,
         fail_max=5,
         reset_timeout_ms=1000,
+        has_key=True,
+        updated_at=AGENT_TIME,
     )
 
 
@@ -212,7 +220,9 @@ def record(outcome: TurnOutcome) -> dict[str, Any]:
 def test_an_answering_agent() -> None:
     plan, question = intent("request_plan", 50), intent("ask_question", 30)
     prio = prioritize([plan, question], RULES, 0)
-    memories = MemoryUpdateOutcome(applied=1, rejected=[{"index": 1, "status": 422}])
+    memories = MemoryUpdateOutcome(
+        applied=1, rejected=[RejectedMemoryUpdate(index=1, status=422, detail="unknown level")]
+    )
     step = AgentStep(
         PLANNER,
         plan,

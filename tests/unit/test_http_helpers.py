@@ -10,7 +10,7 @@ from uuid import uuid4
 
 import pytest
 
-from app.auth.keys import generate_key, hash_key, load_or_create_admin_key
+from app.auth.keys import UnusableAdminKey, generate_key, hash_key, load_or_create_admin_key
 from app.common.pagination import decode_time_id_cursor, encode_cursor
 from app.common.preconditions import body_base_version, parse_if_match, required_base_versions
 from app.db.queries import QUERIES, parse_named_queries
@@ -108,5 +108,5 @@ def test_admin_key_file(tmp_path: Path) -> None:
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert load_or_create_admin_key(path) == key
     path.write_text("short\n")
-    with pytest.raises(RuntimeError):
+    with pytest.raises(UnusableAdminKey):
         load_or_create_admin_key(path)

@@ -14,6 +14,7 @@ import pytest
 
 from app.auth.keys import (
     KEY_PREFIX,
+    UnusableAdminKey,
     generate_key,
     hash_key,
     load_or_create_admin_key,
@@ -118,7 +119,7 @@ def test_an_existing_key_is_used_as_written(tmp_path: Path) -> None:
 def test_a_file_without_a_usable_key_is_refused(tmp_path: Path, content: str) -> None:
     path = tmp_path / "admin.key"
     path.write_text(content, encoding="utf-8")
-    with pytest.raises(RuntimeError, match="admin key"):
+    with pytest.raises(UnusableAdminKey, match="admin key"):
         load_or_create_admin_key(path)
     assert path.read_text(encoding="utf-8") == content  # never overwritten
 

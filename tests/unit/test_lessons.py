@@ -10,6 +10,7 @@ from uuid import uuid4
 from app.coordination.fallbacks import (
     GENERIC_APOLOGY,
     FallbackContext,
+    FallbackTemplate,
     Lesson,
     run_fallback,
     words,
@@ -19,7 +20,7 @@ LESSONS = (
     Lesson(topic="budgeting_basics", title="Budgets", keywords=("budget", "spending"), body="B"),
     Lesson(topic="retirement", title="Retirement", keywords=("401(k)", "pension"), body="R"),
 )
-TEMPLATE = {"message": "{title}: {body}", "default_topic": "budgeting_basics"}
+TEMPLATE = FallbackTemplate(message="{title}: {body}", default_topic="budgeting_basics")
 TEMPLATES = {"static_educational_content": TEMPLATE}
 
 
@@ -36,7 +37,7 @@ async def _no_profile() -> list[Any]:
 
 
 async def _answer(
-    text: str, templates: dict[str, dict[str, Any]] = TEMPLATES
+    text: str, templates: dict[str, FallbackTemplate] = TEMPLATES
 ) -> tuple[str, dict[str, Any]]:
     ctx = FallbackContext(
         strategy="static_educational_content",
