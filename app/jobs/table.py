@@ -76,7 +76,7 @@ JOBS: dict[str, Job] = {
         ),
         Job(
             "expiry_extension",
-            "sessions with a process that moved recently live on (a new version each time)",
+            "sessions with a process that moved recently live on (not a new version)",
             lambda s: s.extension_interval,
             lambda on: (on.session_lifecycle.extend_running,),
         ),

@@ -45,7 +45,8 @@ class SessionLifecycle:
 
     async def extend_running(self, sweep: Sweep) -> None:
         """Sessions whose process moved recently live on: expiry = now + the extension,
-        once their expiry is nearer than half of it."""
+        once their expiry is nearer than half of it. Like a heartbeat, not a content
+        change: no new version."""
         now = sweep.now
         moved_since = now - self._settings.extension_recent_activity
         until = now + self._settings.extension_period
@@ -53,7 +54,7 @@ class SessionLifecycle:
         await sweep.step(
             "sessions_extended",
             lambda conn, limit: repo.extend_running(
-                conn, now, moved_since, until, expiring_before, limit
+                conn, moved_since, until, expiring_before, limit
             ),
             lambda conn: repo.count_extendable(conn, moved_since, expiring_before),
         )

@@ -225,18 +225,15 @@ async def count_inactive(conn: Connection, inactive_before: datetime) -> int:
 
 async def extend_running(
     conn: Connection,
-    now: datetime,
     moved_since: datetime,
     expires_at: datetime,
     expiring_before: datetime,
     limit: int,
 ) -> int:
     """One batch of sessions whose process moved since ``moved_since`` and that expire
-    before ``expiring_before``, given ``expires_at``."""
+    before ``expiring_before``, given ``expires_at`` (no new version)."""
     return len(
-        await conn.fetch(
-            Q.extend_active_processes, now, moved_since, expires_at, expiring_before, limit
-        )
+        await conn.fetch(Q.extend_running_sessions, moved_since, expires_at, expiring_before, limit)
     )
 
 

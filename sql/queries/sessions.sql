@@ -147,27 +147,24 @@ RETURNING s.session_id
 -- name: count_inactive_sessions
 SELECT count(*) FROM session_coordination s WHERE session_goes_idle(s, $1)
 
--- name: extend_active_processes
--- Sessions whose process moved in the last window live on: expiry = now + extension,
--- recorded as a version. Only sessions whose expiry is nearer than half the extension are
--- touched, so a busy session is written every couple of hours, not every run.
--- $1 now, $2 moved since, $3 new expiry, $4 extend if expiring before, $5 batch size.
+-- name: extend_running_sessions
+-- Sessions whose process moved in the last window live on: expiry = now + extension, as a
+-- heartbeat (touch_session) keeps them. Not a content change, so no new version (see
+-- docs/design.md, "Sessions"). Only sessions whose expiry is nearer than half the extension
+-- are touched, so a busy session is written every couple of hours, not every run.
+-- $1 moved since, $2 new expiry, $3 extend if expiring before, $4 batch size.
 WITH picked AS (
     SELECT session_id FROM session_coordination s
-    WHERE session_extendable(s, $2, $4)
+    WHERE session_extendable(s, $1, $3)
     ORDER BY expires_at
-    LIMIT $5
+    LIMIT $4
     FOR UPDATE SKIP LOCKED
-), extended AS (
-    UPDATE session_coordination s
-    SET expires_at = $3, version = s.version + 1, expiry_warned_at = NULL
-    FROM picked
-    WHERE s.session_id = picked.session_id
-    RETURNING s.*
 )
-INSERT INTO session_state_versions
-SELECT v.* FROM extended e, session_version(e, 'scheduler', 'expiry_extended', $1) v
-RETURNING session_id
+UPDATE session_coordination s
+SET expires_at = $2, expiry_warned_at = NULL
+FROM picked
+WHERE s.session_id = picked.session_id
+RETURNING s.session_id
 
 -- name: count_extendable_sessions
 SELECT count(*) FROM session_coordination s WHERE session_extendable(s, $1, $2)
