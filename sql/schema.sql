@@ -33,8 +33,10 @@ CREATE TABLE session_coordination (
     user_id uuid NOT NULL REFERENCES users (id) ON DELETE CASCADE,
     session_type text NOT NULL DEFAULT 'multi_agent_chat'
         CHECK (session_type IN ('multi_agent_chat', 'planning_session', 'consultation', 'education')),
+    -- Where the session is in its work. Expiry is not a status: an expired session leaves
+    -- for session_archive (revision 0015 removed 'expired', which nothing ever set).
     status text NOT NULL DEFAULT 'active'
-        CHECK (status IN ('active', 'idle', 'completed', 'expired', 'escalated')),
+        CHECK (status IN ('active', 'idle', 'completed', 'escalated')),
     priority text NOT NULL DEFAULT 'normal'
         CHECK (priority IN ('low', 'normal', 'high', 'urgent')),
     current_agent text CHECK (char_length(current_agent) BETWEEN 1 AND 100),

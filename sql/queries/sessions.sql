@@ -258,8 +258,8 @@ SELECT * FROM jsonb_populate_recordset(NULL::session_state_versions, $1)
 DELETE FROM session_archive WHERE session_id = $1
 
 -- name: restart_restored_session
--- A restored session lives again: a fresh expiry, no pending warning; an expired one is
--- active again (a completed one stays completed). Subscribers are told (session.restored,
+-- A restored session lives again: a fresh expiry, no pending warning; one archived on
+-- expiry is active again (a completed one stays completed). Subscribers are told (session.restored,
 -- with why it had been archived: $4). $2 expires at, $3 now.
 WITH restarted AS (
     UPDATE session_coordination s
