@@ -57,9 +57,6 @@ class Services:
         replica: str,
         resolver: Resolver | None,
     ) -> None:
-        self.settings = settings
-        self.database = database
-        self.clock = clock
         self.replica = replica
         self.outbound = OutboundPolicy(settings.outbound, resolver)
         # One HTTP client for every agent call and event delivery: connection reuse, no

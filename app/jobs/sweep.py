@@ -37,24 +37,24 @@ class Sweep:
     ) -> None:
         self._db = database
         self._progress = progress
+        self._batch_size = batch_size
+        self._dry_run = dry_run
         # Every batch of a run works from the instant the run started.
         self.now = now
-        self.batch_size = batch_size
-        self.dry_run = dry_run
         # Rows taken (or, in a dry run, counted) per step, in the order the steps ran.
         self.details: dict[str, int] = {}
 
     async def step(self, name: str, batch: Batch, count: Count) -> None:
         """Run one step to the end (batches until one is short), or count it (dry run)."""
         self.details.setdefault(name, 0)
-        if self.dry_run:
+        if self._dry_run:
             async with self._db.connection() as conn:
                 self.details[name] = await count(conn)
             return
         while True:
             async with self._db.transaction() as conn:
-                taken = await batch(conn, self.batch_size)
+                taken = await batch(conn, self._batch_size)
                 self.details[name] += taken
                 await self._progress(conn, taken, self.details)
-            if taken < self.batch_size:
+            if taken < self._batch_size:
                 return
