@@ -2,12 +2,8 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import gc
-import os
-import secrets
-import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -18,7 +14,6 @@ from litestar.di import Provide
 from litestar.middleware.base import DefineMiddleware
 
 from app.agents.controller import AgentController, SkillController
-from app.agents.service import AgentService
 from app.auth.middleware import PUBLIC_PATHS, ApiKeyAuthMiddleware
 from app.auth.ratelimit import RateLimiter
 from app.clock import Clock, SystemClock
@@ -26,31 +21,19 @@ from app.common.jsonbody import JsonRequest
 from app.common.options import AllowedMethods
 from app.common.parameters import ParameterRules
 from app.common.validation import StrictRequestModels
-from app.coordination.breaker_admin import BreakerAdmin
-from app.coordination.breakers import BreakerRegistry
 from app.coordination.controller import (
     AgentCardController,
     BreakerController,
     IntentController,
     SessionMessageController,
 )
-from app.coordination.dispatch import AgentClient
-from app.coordination.rules import RulesService
-from app.coordination.service import CoordinationService
 from app.db.pool import Database
-from app.db.presence import ReplicaPresence
-from app.erasure.service import ErasureService
 from app.errors import EXCEPTION_HANDLERS, UnsupportedMediaType
+from app.events.controller import EventController, SubscriptionController
 from app.health.controller import HealthController
+from app.jobs.controller import JobController
+from app.jobs.scheduler import Scheduler
 from app.linger import LingeringClose
-from app.maintenance.controller import (
-    EventController,
-    JobController,
-    RestoreController,
-    SubscriptionController,
-)
-from app.maintenance.events import EventService
-from app.maintenance.service import MaintenanceService
 from app.memories.controller import (
     AccessLevelController,
     AuditController,
@@ -60,21 +43,15 @@ from app.memories.controller import (
     SessionContextController,
     UserMemoriesController,
 )
-from app.memories.service import MemoryService
 from app.metrics import Metrics, MetricsController
 from app.openapi import openapi_config
-from app.outbound.policy import OutboundPolicy, Resolver
-from app.outbound.transport import outbound_client
+from app.outbound.policy import Resolver
+from app.services import build_services
 from app.sessions.controller import SessionController, UserSessionsController
-from app.sessions.service import SessionService
 from app.settings import Settings
 from app.tracing import TracedRequests, Tracing
 from app.users.controller import UserController
-from app.users.service import UserService
 from app.webhooks.controller import N8nWebhookController
-from app.webhooks.idempotency import IdempotencyService
-from app.webhooks.service import WebhookService
-from scheduler.runner import Scheduler
 
 __version__ = "0.1.0"
 
@@ -115,11 +92,6 @@ def require_json_body(request: Request[Any, Any, Any]) -> None:
         )
 
 
-def replica_name() -> str:
-    """A name for this process in claims and breaker records: host, pid and a random tag."""
-    return f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
-
-
 def create_app(
     settings: Settings,
     *,
@@ -137,76 +109,13 @@ def create_app(
     addresses for the outbound policy (default: the system resolver). ``tracing`` is
     built from ``settings.tracing`` unless given (tests pass one that collects spans)."""
     clock = clock or SystemClock()
-    replica = replica_name()
-    tracing = tracing or Tracing(settings.tracing)
     database = Database(database_url, settings.database)
-    outbound = OutboundPolicy(settings.outbound, resolver)
-    agent_service = AgentService(
-        database,
-        clock,
-        admin_key,
-        outbound=outbound,
-        key_cache_seconds=settings.auth.key_cache_seconds,
+    services = build_services(
+        settings, database, clock, admin_key=admin_key, resolver=resolver, tracing=tracing
     )
-    user_service = UserService(database, clock)
-    session_service = SessionService(database, clock, settings.sessions)
-    memory_service = MemoryService(database, clock, settings.memories)
-    erasure_service = ErasureService(database, clock, settings.database.erasure_timeout)
-    breakers = BreakerRegistry(
-        database,
-        clock,
-        sync_interval=settings.coordination.breaker_sync_seconds,
-        replica_id=replica,
-    )
-    # One HTTP client for every agent call and event delivery: connection reuse, no per-call
-    # set-up, the outbound policy on every connection. Deadlines are enforced per call
-    # (timeout_ms) by the dispatcher, not by httpx.
-    http = outbound_client(outbound, tracing=tracing)
-    rules = RulesService(database, clock, settings.coordination.rules_cache_seconds)
-    coordinator = CoordinationService(
-        database,
-        clock,
-        settings.coordination,
-        session_service,
-        memory_service,
-        rules,
-        breakers,
-        AgentClient(
-            http,
-            # An agent may answer as much as a client may send; its broken JSON is
-            # repaired up to the repair bound.
-            max_answer_bytes=settings.max_body_bytes,
-            repair_max_bytes=settings.coordination.repair_max_bytes,
-        ),
-    )
-    maintenance = MaintenanceService(
-        database, clock, settings.scheduler, settings.sessions, replica_id=replica
-    )
-    events = EventService(database, clock, settings.scheduler, http, outbound)
-    webhooks = WebhookService(
-        database,
-        clock,
-        settings.webhooks.continuation_window,
-        user_service,
-        session_service,
-        coordinator,
-        memory_service,
-        maintenance,
-    )
-    lease = settings.webhooks.idempotency_lease
-    # One connection per replica, outside the pool: its lock says this process is alive.
-    presence = ReplicaPresence(
-        database_url,
-        replica,
-        check_interval=lease.total_seconds() / 3,
-        connect_timeout=settings.database.acquire_timeout,
-    )
-    idempotency = IdempotencyService(
-        database, clock, settings.webhooks.idempotency_ttl, lease, presence
-    )
-    metrics = Metrics(database, breakers)
+    metrics = Metrics(database, services.breakers)
     scheduler = (
-        Scheduler(maintenance, events, tracing)
+        Scheduler(services.jobs, services.events, services.tracing)
         if (settings.scheduler.enabled if run_scheduler is None else run_scheduler)
         else None
     )
@@ -218,17 +127,14 @@ def create_app(
             # Each part is stopped (in reverse order) once it has started, also when a
             # later one fails to start: no background task outlives a failed start-up.
             async with contextlib.AsyncExitStack() as started:
-                tracing.start()
-                # Exporting what is buffered blocks (up to the exporter's timeout): not on
-                # the event loop.
-                started.push_async_callback(asyncio.to_thread, tracing.shutdown)
-                started.push_async_callback(http.aclose)
-                await presence.start()
-                started.push_async_callback(presence.stop)
-                await idempotency.start()
-                started.push_async_callback(idempotency.stop)
-                await breakers.start()
-                started.push_async_callback(breakers.stop)
+                services.tracing.start()
+                started.push_async_callback(services.aclose)
+                await services.presence.start()
+                started.push_async_callback(services.presence.stop)
+                await services.idempotency.start()
+                started.push_async_callback(services.idempotency.stop)
+                await services.breakers.start()
+                started.push_async_callback(services.breakers.stop)
                 if scheduler is not None:
                     scheduler.start()
                     started.callback(scheduler.shutdown)
@@ -262,7 +168,6 @@ def create_app(
             BreakerController,
             AgentCardController,
             JobController,
-            RestoreController,
             SubscriptionController,
             EventController,
             N8nWebhookController,
@@ -270,20 +175,21 @@ def create_app(
         ],
         dependencies={
             "database": provide(database),
-            "agent_service": provide(agent_service),
-            "user_service": provide(user_service),
-            "session_service": provide(session_service),
-            "memory_service": provide(memory_service),
-            "erasure_service": provide(erasure_service),
-            "coordinator": provide(coordinator),
-            "rules": provide(rules),
-            "breaker_admin": provide(BreakerAdmin(agent_service, breakers)),
-            "maintenance": provide(maintenance),
-            "events": provide(events),
-            "hooks": provide(webhooks),
+            "agent_service": provide(services.agents),
+            "user_service": provide(services.users),
+            "session_service": provide(services.sessions),
+            "session_lifecycle": provide(services.session_lifecycle),
+            "memory_service": provide(services.memories),
+            "erasure_service": provide(services.erasure),
+            "coordinator": provide(services.coordinator),
+            "rules": provide(services.rules),
+            "breaker_admin": provide(services.breaker_admin),
+            "job_service": provide(services.jobs),
+            "events": provide(services.events),
+            "hooks": provide(services.webhooks),
             "metrics": provide(metrics),
-            "breakers": provide(breakers),
-            "idempotency": provide(idempotency),
+            "breakers": provide(services.breakers),
+            "idempotency": provide(services.idempotency),
         },
         middleware=[DefineMiddleware(ApiKeyAuthMiddleware, exclude=PUBLIC_PATHS)],
         before_request=before_handler,
@@ -294,7 +200,7 @@ def create_app(
         lifespan=[lifespan],
         state=State(
             {
-                "agent_service": agent_service,
+                "agent_service": services.agents,
                 "settings": settings,
                 "clock": clock,
                 "rate_limiter": RateLimiter(
@@ -316,7 +222,7 @@ def create_app(
     # Every request is traced, counted and logged, the unmatched ones included.
     traced = TracedRequests(
         app.asgi_handler,
-        tracing=tracing,
+        tracing=services.tracing,
         observer=metrics if settings.server.metrics_enabled else None,
         access_log=settings.logging.access,
     )

@@ -41,9 +41,9 @@ def _serve(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def _scheduler(settings: Settings, _: argparse.Namespace) -> int:
-    from scheduler.__main__ import run
+    from app.jobs.process import run_scheduler
 
-    asyncio.run(run(settings))
+    asyncio.run(run_scheduler(settings))
     return 0
 
 
@@ -66,11 +66,10 @@ def _agents(settings: Settings, args: argparse.Namespace) -> int:
     import asyncpg
 
     from app.agents.schemas import AgentCreate
-    from app.agents.service import AgentService
     from app.clock import SystemClock
     from app.db.pool import Database
     from app.errors import SwitchboardError
-    from app.outbound.policy import OutboundPolicy
+    from app.services import build_services
 
     async def run() -> int:
         database = Database(runtime.database_url(settings), settings.database)
@@ -78,13 +77,9 @@ def _agents(settings: Settings, args: argparse.Namespace) -> int:
             await database.open()
         except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
             raise CommandFailed(f"cannot reach the database: {exc}") from exc
+        services = build_services(settings, database, SystemClock())
+        service = services.agents
         try:
-            service = AgentService(
-                database,
-                SystemClock(),
-                runtime.admin_key(settings),
-                outbound=OutboundPolicy(settings.outbound),
-            )
             if args.agents_command == "create":
                 created = await service.create_agent(
                     AgentCreate(name=args.name, roles=args.role)  # no --role: keep seeded
@@ -109,6 +104,7 @@ def _agents(settings: Settings, args: argparse.Namespace) -> int:
         except asyncpg.PostgresError as exc:
             raise CommandFailed(f"the database refused: {exc}") from exc
         finally:
+            await services.aclose()
             await database.close()
         return 0
 

@@ -33,7 +33,7 @@ from prometheus_client.registry import Collector
 
 from app.coordination.breakers import BreakerRegistry
 from app.db.pool import Database
-from app.maintenance.service import MaintenanceService
+from app.jobs.service import JobService
 
 BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 _BREAKER_STATES = ("closed", "open", "half_open", "forced_open")
@@ -174,12 +174,12 @@ class MetricsController(Controller):
         self,
         request: Request[Any, Any, Any],
         metrics: NamedDependency[Metrics],
-        maintenance: NamedDependency[MaintenanceService],
+        job_service: NamedDependency[JobService],
     ) -> Response[bytes]:
         """Requests, pool, breakers, jobs and the process, in Prometheus text format (or
         OpenMetrics when the ``Accept`` header asks for it)."""
         try:
-            jobs: list[Any] = await maintenance.jobs()
+            jobs: list[Any] = await job_service.jobs()
         except Exception:  # metrics must answer even when the database does not
             jobs = []
         body, content_type = metrics.exposition(request.headers.get("accept", ""), jobs)

@@ -177,7 +177,7 @@ _STALE = (
     "The session is no longer at the version this write is based on: current_version and "
     "current say what is there now"
 )
-_CLOSED = "or the session is completed or expired (session_status) and takes no such change."
+_CLOSED = "or the session is completed (session_status) and takes no such change."
 _NEEDS_BASE = 'No If-Match: "<version>" and no base_version in the body.'
 _BAD_IF_MATCH = (
     'If-Match is not a list of quoted versions ("3"), names a weak tag, or disagrees with '
@@ -218,7 +218,7 @@ SERVICE_PROBLEMS: dict[tuple[str, str], dict[int, str]] = {
         409: f"{_STALE}, {_CLOSED}",
         428: _NEEDS_BASE,
     },
-    ("POST", "/v1/sessions/{session_id}/touch"): {409: "The session is completed or expired."},
+    ("POST", "/v1/sessions/{session_id}/touch"): {409: "The session is completed."},
     ("POST", "/v1/memories"): {409: _KEY_IN_USE, 413: _CONTENT_TOO_LARGE},
     ("PUT", "/v1/memories/by-key"): {
         400: "If-Match is not a list of quoted versions, or If-None-Match is not *.",
@@ -235,7 +235,7 @@ SERVICE_PROBLEMS: dict[tuple[str, str], dict[int, str]] = {
     ("POST", "/v1/memory-types"): {409: "A memory type of this name exists."},
     ("POST", "/v1/intents/analyze"): {404: "session_id names no session."},
     ("POST", "/v1/sessions/{session_id}/messages"): {
-        409: "The session is completed or expired (session_status)."
+        409: "The session is completed (session_status)."
     },
     ("POST", "/v1/sessions/{session_id}/pending/next"): {
         409: "Nothing is waiting, or another caller is working on the next action.",
@@ -248,7 +248,7 @@ SERVICE_PROBLEMS: dict[tuple[str, str], dict[int, str]] = {
     },
     ("POST", "/webhooks/n8n/coordination"): {
         404: "user_id names no user, or session_id no session.",
-        409: _IN_PROGRESS + " Or the session is completed or expired.",
+        409: _IN_PROGRESS + " Or the session is completed.",
     },
     ("POST", "/webhooks/n8n/memory"): {
         403: "agent_name names another agent and the key may not act for others.",

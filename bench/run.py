@@ -46,8 +46,8 @@ from app.coordination.breaker import AsyncCircuitBreaker  # noqa: E402
 from app.coordination.intents import detect_intents, prioritize  # noqa: E402
 from app.db.migrate import upgrade  # noqa: E402
 from app.db.pool import Database  # noqa: E402
-from app.maintenance.service import MaintenanceService  # noqa: E402
-from app.settings import DatabaseSettings, SchedulerSettings, SessionSettings  # noqa: E402
+from app.services import build_services  # noqa: E402
+from app.settings import DatabaseSettings, Settings  # noqa: E402
 from bench.serve import free_port, spawn  # noqa: E402
 from tests import dbutil  # noqa: E402
 
@@ -495,9 +495,8 @@ async def cleanup_at_scale(
     conn = await asyncpg.connect(url)
     db = Database(url, DatabaseSettings(pool_min_size=1, pool_max_size=4))
     await db.open()
-    maintenance = MaintenanceService(
-        db, SystemClock(), SchedulerSettings(), SessionSettings(), "bench"
-    )
+    services = build_services(Settings(), db, SystemClock(), replica="bench")
+    jobs = services.jobs
     get_script = lua(
         "get_session_sweep",
         lua_list("ids", seed["sessions"])
@@ -521,8 +520,8 @@ async def cleanup_at_scale(
         return time.perf_counter() - start, result
 
     async def sweep() -> dict[str, Any]:
-        retention, _ = await timed(lambda: maintenance.run_now("memory_retention", dry_run=False))
-        expiry, run = await timed(lambda: maintenance.run_now("expiry_cleanup", dry_run=False))
+        retention, _ = await timed(lambda: jobs.run_now("memory_retention", dry_run=False))
+        expiry, run = await timed(lambda: jobs.run_now("expiry_cleanup", dry_run=False))
         return {
             "expiry": expiry,
             "retention": retention,
@@ -556,6 +555,7 @@ async def cleanup_at_scale(
     out["GET session p99 during sweep ms"] = busy["p99_ms"]
     out["GET session errors during sweep"] = busy["errors"]
     out["p99 ratio"] = round(busy["p99_ms"] / max(idle["p99_ms"], 1e-3), 2)
+    await services.aclose()
     await db.close()
     await conn.close()
     return out

@@ -33,15 +33,17 @@ SWEEP = """
 import asyncio, sys
 from app.clock import SystemClock
 from app.db.pool import Database
-from app.maintenance.service import MaintenanceService
-from app.settings import DatabaseSettings, SchedulerSettings, SessionSettings
+from app.services import build_services
+from app.settings import DatabaseSettings, SchedulerSettings, Settings
 
 async def main():
     db = Database(sys.argv[1], DatabaseSettings(pool_min_size=1, pool_max_size=2))
     await db.open()
     settings = SchedulerSettings(batch_size=int(sys.argv[2]), lease=__import__("datetime").timedelta(seconds=2))
-    run = await MaintenanceService(db, SystemClock(), settings, SessionSettings(), sys.argv[3]).run_scheduled("expiry_cleanup")
+    services = build_services(Settings(scheduler=settings), db, SystemClock(), replica=sys.argv[3])
+    run = await services.jobs.run_scheduled("expiry_cleanup")
     print(run.claimed, run.run.status if run.run else None, run.run.rows_affected if run.run else None, flush=True)
+    await services.aclose()
     await db.close()
 
 asyncio.run(main())

@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from app.db.migrate import upgrade  # noqa: E402
-from app.maintenance.service import JOBS  # noqa: E402
+from app.jobs.table import JOBS  # noqa: E402
 from app.settings import SchedulerSettings  # noqa: E402
 
 SPEED = 1800.0  # simulated seconds per real second
@@ -37,8 +37,9 @@ REPLICA = """
 import asyncio, sys, time
 from datetime import datetime, timedelta, UTC
 from app.db.pool import Database
-from app.maintenance.service import JOBS, MaintenanceService
-from app.settings import DatabaseSettings, SchedulerSettings, SessionSettings
+from app.jobs.table import JOBS
+from app.services import build_services
+from app.settings import DatabaseSettings, Settings
 
 class FastClock:
     def __init__(self, start, wall_start, speed):
@@ -52,7 +53,8 @@ async def main():
     stop = datetime.fromisoformat(end)
     db = Database(url, DatabaseSettings(pool_min_size=1, pool_max_size=3))
     await db.open()
-    service = MaintenanceService(db, clock, SchedulerSettings(), SessionSettings(), name)
+    services = build_services(Settings(), db, clock, replica=name)
+    service = services.jobs
     claimed = 0
     while clock.now() < stop:
         for job in JOBS:
@@ -60,6 +62,7 @@ async def main():
             claimed += outcome.claimed
         await asyncio.sleep(0.02)
     print(claimed, flush=True)
+    await services.aclose()
     await db.close()
 
 asyncio.run(main())

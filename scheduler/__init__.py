@@ -1,2 +1,2 @@
-"""Scheduled maintenance: APScheduler triggers that run the maintenance jobs exactly once per
-slot across replicas, and the event delivery loop."""
+"""``python -m scheduler``: the scheduler process's entry point. The scheduler itself lives
+in ``app/jobs`` (this package imports ``app``; ``app`` never imports it)."""

@@ -31,7 +31,7 @@ class AgentService:
         self,
         database: Database,
         clock: Clock,
-        admin_key: str,
+        admin_key: str | None,
         *,
         outbound: OutboundPolicy,
         key_cache_seconds: float = 0,
@@ -39,12 +39,14 @@ class AgentService:
         self._db = database
         self._clock = clock
         self._outbound = outbound
-        self._admin_digest = hash_key(admin_key)
+        # None in a process that answers no requests (the scheduler, the CLI): no key is
+        # the admin's there.
+        self._admin_digest = None if admin_key is None else hash_key(admin_key)
         self._keys = KeyCache(key_cache_seconds)
 
     async def authenticate(self, key_digest: bytes) -> Principal | None:
         """The principal for a key digest, or None if the key is not valid."""
-        if same_digest(key_digest, self._admin_digest):
+        if self._admin_digest is not None and same_digest(key_digest, self._admin_digest):
             return ADMIN
         cached = self._keys.get(key_digest)
         if cached is not None:

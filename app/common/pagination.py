@@ -6,10 +6,11 @@ import base64
 import binascii
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 from uuid import UUID
 
 import orjson
+from litestar.params import QueryParameter
 
 from app.errors import BadRequest
 
@@ -17,6 +18,11 @@ T = TypeVar("T")
 
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 200
+# The query parameters of every paged list: its size and the previous page's next_cursor.
+PageLimit = Annotated[int, QueryParameter(ge=1, le=MAX_LIMIT, description="Page size.")]
+PageCursor = Annotated[
+    str | None, QueryParameter(max_length=512, description="next_cursor of the previous page.")
+]
 # The "cursor" of a first page in newest-first (time, id) order: after every real row.
 FIRST_PAGE = (datetime(9999, 12, 31, tzinfo=UTC), UUID(int=(1 << 128) - 1))
 # The same for rows keyed by (time, id, second id), such as an event's deliveries.

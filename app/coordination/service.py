@@ -70,7 +70,7 @@ from app.errors import Conflict
 from app.memories.schemas import Memory
 from app.memories.service import MemoryService
 from app.sessions.schemas import PendingAction, Session, SessionContent
-from app.sessions.service import SessionService
+from app.sessions.service import SessionService, require_open
 from app.sessions.state import content_of, evolve
 from app.settings import CoordinationSettings
 from app.tracing import current_trace_id
@@ -351,10 +351,7 @@ class CoordinationService:
 
     async def _open_session(self, session_id: UUID) -> Session:
         session = await self._sessions.get_session(session_id)
-        if session.status in ("completed", "expired"):
-            raise Conflict(
-                f"Session {session_id} is {session.status}.", session_status=session.status
-            )
+        require_open(session)
         return session
 
     async def _load(self) -> tuple[Rules, list[Agent]]:

@@ -28,7 +28,9 @@ def _json_default(value: Any) -> str:
 
 
 def _encode_json(value: Any) -> str:
-    return orjson.dumps(value, default=_json_default).decode()
+    # Times as the API writes them (msgspec: "…Z"), so a stored answer that is replayed
+    # (an Idempotency-Key) reads exactly as the first one did.
+    return orjson.dumps(value, default=_json_default, option=orjson.OPT_UTC_Z).decode()
 
 
 async def _reset_connection(conn: asyncpg.Connection[asyncpg.Record]) -> None:

@@ -22,7 +22,7 @@ from litestar.status_codes import HTTP_200_OK, HTTP_201_CREATED, HTTP_204_NO_CON
 from app.auth.guards import admin_only
 from app.auth.principal import Principal
 from app.common.jsonbody import decode_json
-from app.common.pagination import DEFAULT_LIMIT, MAX_LIMIT
+from app.common.pagination import DEFAULT_LIMIT, PageCursor, PageLimit
 from app.common.preconditions import etag, parse_if_match
 from app.common.validation import validate_each, validate_input
 from app.erasure.schemas import MemoriesErased
@@ -49,10 +49,6 @@ from app.memories.schemas import (
 from app.memories.service import MemoryService
 
 AnyRequest = Request[Principal, Any, Any]
-Limit = Annotated[int, QueryParameter(ge=1, le=MAX_LIMIT, description="Page size.")]
-Cursor = Annotated[
-    str | None, QueryParameter(max_length=512, description="next_cursor of the previous page.")
-]
 ShortQuery = Annotated[str | None, QueryParameter(min_length=1, max_length=100)]
 
 
@@ -171,8 +167,8 @@ class MemoryController(Controller):
             str | None,
             QueryParameter(max_length=4096, description="JSON; JSONB containment (@>)."),
         ] = None,
-        limit: Limit = DEFAULT_LIMIT,
-        cursor: Cursor = None,
+        limit: PageLimit = DEFAULT_LIMIT,
+        cursor: PageCursor = None,
     ) -> MemoryPage:
         """Live memories the caller may read, newest first. Name at least one of user_id,
         session_id, agent_name or contains."""
@@ -203,7 +199,7 @@ class SessionContextController(Controller):
         request: AnyRequest,
         session_id: FromPath[UUID],
         memory_service: NamedDependency[MemoryService],
-        limit: Limit = DEFAULT_LIMIT,
+        limit: PageLimit = DEFAULT_LIMIT,
         max_bytes: Annotated[
             int | None,
             QueryParameter(ge=1, le=16 * 1024 * 1024, description="Content byte budget."),
@@ -315,8 +311,8 @@ class AuditController(Controller):
         memory_service: NamedDependency[MemoryService],
         agent: ShortQuery = None,
         since: FromQuery[datetime | None] = None,
-        limit: Limit = DEFAULT_LIMIT,
-        cursor: Cursor = None,
+        limit: PageLimit = DEFAULT_LIMIT,
+        cursor: PageCursor = None,
     ) -> AccessLogPage:
         """Reads and writes, allowed and denied, newest first."""
         if since is not None and since.tzinfo is None:

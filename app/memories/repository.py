@@ -402,3 +402,52 @@ async def insert_access_logs(conn: Connection, entries: list[AccessLogRow]) -> N
         await conn.execute(Q.insert_access_log, *entries[0])
     elif entries:
         await conn.executemany(Q.insert_access_log, entries)
+
+
+# -- retention (app/memories/retention.py) -------------------------------------------------
+
+
+async def delete_expired(
+    conn: Connection, now: datetime, limit: int, after: datetime | None
+) -> tuple[int, datetime]:
+    """One batch of expired memories (not interaction patterns) deleted, from the expiry
+    ``after`` on (None: from the first): how many went and the expiry the batch reached."""
+    row = await conn.fetchrow(Q.delete_expired_memories, now, limit, after)
+    if row is None:  # the statement always returns one row
+        raise RuntimeError("delete_expired_memories returned no row")
+    return int(row["taken"]), row["reached"]
+
+
+async def count_expired(conn: Connection, now: datetime) -> int:
+    """How many expired memories (not interaction patterns) there are."""
+    return int(await conn.fetchval(Q.count_expired_memories, now))
+
+
+async def archive_expired_patterns(conn: Connection, now: datetime, limit: int) -> int:
+    """One batch of expired interaction patterns moved to the memory archive."""
+    return int(await conn.fetchval(Q.archive_interaction_patterns, now, limit))
+
+
+async def count_expired_patterns(conn: Connection, now: datetime) -> int:
+    """How many expired interaction patterns there are."""
+    return int(await conn.fetchval(Q.count_archivable_patterns, now))
+
+
+async def purge_archive(conn: Connection, before: datetime, now: datetime, limit: int) -> int:
+    """One batch of archived memories archived before ``before``, gone for good."""
+    return int(await conn.fetchval(Q.purge_memory_archive, before, now, limit))
+
+
+async def count_purgeable_archive(conn: Connection, before: datetime) -> int:
+    """How many archived memories were archived before ``before``."""
+    return int(await conn.fetchval(Q.count_purgeable_memory_archive, before))
+
+
+async def purge_access_log(conn: Connection, before: datetime, limit: int) -> int:
+    """One batch of access audit rows older than ``before`` purged."""
+    return len(await conn.fetch(Q.purge_access_log, before, limit))
+
+
+async def count_purgeable_access_log(conn: Connection, before: datetime) -> int:
+    """How many access audit rows are older than ``before``."""
+    return int(await conn.fetchval(Q.count_purgeable_access_log, before))

@@ -15,13 +15,13 @@ from litestar.params import (
     HeaderParameter,
     JSONBody,
     PathParameter,
-    QueryParameter,
 )
 from litestar.status_codes import HTTP_201_CREATED, HTTP_304_NOT_MODIFIED
 
 from app.auth.principal import Principal
-from app.common.pagination import DEFAULT_LIMIT, MAX_LIMIT
+from app.common.pagination import DEFAULT_LIMIT, PageCursor, PageLimit
 from app.common.preconditions import body_base_version, etag, required_base_versions
+from app.sessions.lifecycle import SessionLifecycle
 from app.sessions.schemas import (
     Completion,
     Handoff,
@@ -42,10 +42,6 @@ IfMatch = Annotated[
         required=False,
         description='The version this write is based on, as an ETag: "3".',
     ),
-]
-Limit = Annotated[int, QueryParameter(ge=1, le=MAX_LIMIT, description="Page size.")]
-Cursor = Annotated[
-    str | None, QueryParameter(max_length=512, description="next_cursor of the previous page.")
 ]
 ETAG_HEADER = [
     ResponseHeader(name="ETag", description="The session version.", documentation_only=True)
@@ -176,13 +172,25 @@ class SessionController(Controller):
             await session_service.rollback(session_id, data, bases, request.user.name)
         )
 
+    @post(
+        "/{session_id:uuid}/restore",
+        status_code=200,
+        summary="Restore an expired or archived session",
+    )
+    async def restore(
+        self, session_id: FromPath[UUID], session_lifecycle: NamedDependency[SessionLifecycle]
+    ) -> Session:
+        """Within the recovery window: the session and its history come back; after it,
+        404 (gone for good)."""
+        return await session_lifecycle.restore(session_id)
+
     @get("/{session_id:uuid}/versions", summary="A session's history")
     async def list_versions(
         self,
         session_id: FromPath[UUID],
         session_service: NamedDependency[SessionService],
-        limit: Limit = DEFAULT_LIMIT,
-        cursor: Cursor = None,
+        limit: PageLimit = DEFAULT_LIMIT,
+        cursor: PageCursor = None,
     ) -> SessionVersionPage:
         """Committed versions, newest first."""
         return await session_service.list_versions(session_id, limit, cursor)
@@ -210,8 +218,8 @@ class UserSessionsController(Controller):
         user_id: FromPath[UUID],
         session_service: NamedDependency[SessionService],
         status: FromQuery[SessionStatus | None] = None,
-        limit: Limit = DEFAULT_LIMIT,
-        cursor: Cursor = None,
+        limit: PageLimit = DEFAULT_LIMIT,
+        cursor: PageCursor = None,
     ) -> SessionPage:
         """Newest first, keyset-paginated; ``status`` filters."""
         return await session_service.list_user_sessions(user_id, status, limit, cursor)

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Literal
+from typing import Any, Literal
 from uuid import UUID
 
 import asyncpg
@@ -207,3 +208,132 @@ async def get_session_version(
     """One version of a session."""
     row = await conn.fetchrow(Q.get_session_version, session_id, version)
     return None if row is None else _version(row)
+
+
+# -- lifecycle: what time does to sessions (app/sessions/lifecycle.py) -----------------------
+
+
+async def idle_inactive(conn: Connection, inactive_before: datetime, limit: int) -> int:
+    """One batch of active sessions quiet since before ``inactive_before`` made idle."""
+    return len(await conn.fetch(Q.idle_inactive_sessions, inactive_before, limit))
+
+
+async def count_inactive(conn: Connection, inactive_before: datetime) -> int:
+    """How many sessions the idling would take."""
+    return int(await conn.fetchval(Q.count_inactive_sessions, inactive_before))
+
+
+async def extend_running(
+    conn: Connection,
+    moved_since: datetime,
+    expires_at: datetime,
+    expiring_before: datetime,
+    limit: int,
+) -> int:
+    """One batch of sessions whose process moved since ``moved_since`` and that expire
+    before ``expiring_before``, given ``expires_at`` (no new version)."""
+    return len(
+        await conn.fetch(Q.extend_running_sessions, moved_since, expires_at, expiring_before, limit)
+    )
+
+
+async def count_extendable(
+    conn: Connection, moved_since: datetime, expiring_before: datetime
+) -> int:
+    """How many sessions the extension would take."""
+    return int(await conn.fetchval(Q.count_extendable_sessions, moved_since, expiring_before))
+
+
+async def warn_expiring(conn: Connection, now: datetime, until: datetime, limit: int) -> int:
+    """One batch of sessions expiring by ``until`` marked warned, with their events."""
+    return len(await conn.fetch(Q.warn_expiring_sessions, now, until, limit))
+
+
+async def count_expiring(conn: Connection, now: datetime, until: datetime) -> int:
+    """How many sessions the warning would take."""
+    return int(await conn.fetchval(Q.count_expiring_sessions, now, until))
+
+
+async def archive_expired(
+    conn: Connection, now: datetime, restorable_until: datetime, limit: int
+) -> int:
+    """One batch of expired sessions moved to the archive, with their events."""
+    return int(await conn.fetchval(Q.archive_expired_sessions, now, restorable_until, limit))
+
+
+async def count_expired(conn: Connection, now: datetime) -> int:
+    """How many sessions the expiry would archive."""
+    return int(await conn.fetchval(Q.count_expired_sessions, now))
+
+
+async def archive_completed(
+    conn: Connection,
+    now: datetime,
+    completed_before: datetime,
+    restorable_until: datetime,
+    limit: int,
+) -> int:
+    """One batch of sessions completed before ``completed_before`` moved to the archive."""
+    return int(
+        await conn.fetchval(
+            Q.archive_completed_sessions, now, completed_before, restorable_until, limit
+        )
+    )
+
+
+async def count_archivable(conn: Connection, completed_before: datetime) -> int:
+    """How many completed sessions the archival would take."""
+    return int(await conn.fetchval(Q.count_archivable_sessions, completed_before))
+
+
+async def purge_archive(conn: Connection, now: datetime, limit: int) -> int:
+    """One batch of archived sessions past their recovery window, gone for good."""
+    return len(await conn.fetch(Q.purge_session_archive, now, limit))
+
+
+async def count_purgeable_archive(conn: Connection, now: datetime) -> int:
+    """How many archived sessions are past their recovery window."""
+    return int(await conn.fetchval(Q.count_purgeable_session_archive, now))
+
+
+@dataclass(frozen=True, slots=True)
+class ArchivedSession:
+    """An archived session: its row and history as JSON, and why it was archived."""
+
+    session_id: UUID
+    reason: str
+    session: dict[str, Any]
+    versions: list[dict[str, Any]]
+
+
+async def lock_restorable_session(
+    conn: Connection, session_id: UUID, now: datetime
+) -> ArchivedSession | None:
+    """The archived session, row-locked for a restore, if its recovery window is open."""
+    row = await conn.fetchrow(Q.lock_restorable_session, session_id, now)
+    if row is None:
+        return None
+    return ArchivedSession(
+        session_id=row["session_id"],
+        reason=row["reason"],
+        session=row["session"],
+        versions=row["versions"],
+    )
+
+
+async def session_exists(conn: Connection, session_id: UUID) -> bool:
+    """True if the session is live."""
+    return bool(await conn.fetchval(Q.session_exists, session_id))
+
+
+async def restore_session(
+    conn: Connection, archived: ArchivedSession, expires_at: datetime, now: datetime
+) -> None:
+    """Put the row and its history back, drop the archive row, give it a fresh expiry and
+    tell subscribers (session.restored)."""
+    await conn.execute(Q.restore_session_row, archived.session)
+    await conn.execute(Q.restore_session_versions, archived.versions)
+    await conn.execute(Q.delete_archived_session, archived.session_id)
+    await conn.execute(
+        Q.restart_restored_session, archived.session_id, expires_at, now, archived.reason
+    )

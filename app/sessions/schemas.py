@@ -21,10 +21,15 @@ from app.common.preconditions import MAX_VERSION
 from app.common.validation import DateTime, reject_deep_json
 
 SessionType = Literal["multi_agent_chat", "planning_session", "consultation", "education"]
-SessionStatus = Literal["active", "idle", "completed", "expired", "escalated"]
+# Where a session is in its work. Expiry is not a status: an expired session leaves for the
+# archive (docs/design.md, "Sessions").
+SessionStatus = Literal["active", "idle", "completed", "escalated"]
+# A completed session takes no content changes (only `preserve` may still change). The one
+# place Python spells the closed status; SQL's is session_open() in sql/schema.sql.
+CLOSED_STATUSES = frozenset({"completed"})
 Priority = Literal["low", "normal", "high", "urgent"]
 ExecutionStatus = Literal["pending", "executing", "completed", "failed"]
-# Statuses a client may set directly; completed/expired come from /complete and the scheduler.
+# Statuses a client may set directly; completed comes from /complete.
 SettableStatus = Literal["active", "idle", "escalated"]
 Progress = Annotated[int, Field(ge=0, le=100)]
 AGENT_REF_MAX = 100

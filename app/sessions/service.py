@@ -25,6 +25,7 @@ from app.db.pool import Database
 from app.errors import BadRequest, Conflict, NotFound, ValidationFailed, VersionConflict
 from app.sessions import repository as repo
 from app.sessions.schemas import (
+    CLOSED_STATUSES,
     AgentExecution,
     Completion,
     Handoff,
@@ -51,8 +52,6 @@ from app.sessions.state import (
 from app.settings import SessionSettings
 from app.users import repository as users_repo
 
-# Sessions in these states take no content changes (only `preserve` may still be set).
-_CLOSED = frozenset({"completed", "expired"})
 # Optimistic tries of a write before it falls back to locking the row (contended sessions).
 _OPTIMISTIC_ATTEMPTS = 3
 
@@ -212,7 +211,7 @@ class SessionService:
         patch = {k: v for k, v in patch.items() if k != "base_version"}
 
         def mutate(current: Session, _: datetime) -> tuple[SessionContent, str]:
-            if current.status in _CLOSED and set(patch) - {"preserve"}:
+            if current.status in CLOSED_STATUSES and set(patch) - {"preserve"}:
                 raise Conflict(
                     f"Session {session_id} is {current.status}; only preserve can change.",
                     session_status=current.status,
@@ -224,7 +223,7 @@ class SessionService:
                 "priority": current.priority,
                 "current_agent": current.current_agent,
                 "preserve": current.preserve,
-                "status": "active" if current.status in _CLOSED else current.status,
+                "status": "active" if current.status in CLOSED_STATUSES else current.status,
             }
             merged = merge_patch(view, patch)
             merged["progress_percentage"] = resolve_mirrored(
@@ -238,7 +237,7 @@ class SessionService:
                 patch, "priority", "coordination_metadata", "session_priority", current.priority
             )
             editable = validate_input(SessionEditable, merged, what="session after this patch")
-            closed_status = current.status if current.status in _CLOSED else None
+            closed_status = current.status if current.status in CLOSED_STATUSES else None
             # The sequence is not patchable: it is carried over as stored.
             sequence = sequence_of(current.agent_sequence)
             content = _content_from_editable(
@@ -257,7 +256,7 @@ class SessionService:
             read, to_agent = await repo.get_session_for_handoff(conn, session_id, data.to_agent)
 
         def mutate(current: Session, now: datetime) -> tuple[SessionContent, str]:
-            self._require_open(current)
+            require_open(current)
             _require_available(data.to_agent, to_agent)
             base = content_of(current)
             sequence = close_current_execution(
@@ -287,7 +286,7 @@ class SessionService:
         """Mark the session completed; the running step (if any) completes with it."""
 
         def mutate(current: Session, now: datetime) -> tuple[SessionContent, str]:
-            self._require_open(current)
+            require_open(current)
             base = content_of(current)
             sequence = close_current_execution(
                 base.agent_sequence,
@@ -318,7 +317,7 @@ class SessionService:
             raise NotFound(f"Session {session_id} has no version {data.to_version}.")
 
         def mutate(current: Session, _: datetime) -> tuple[SessionContent, str]:
-            self._require_open(current)
+            require_open(current)
             # The old version goes through today's rules, as a write of it would; status,
             # preserve and completed_at are not content: they stay as they are now.
             content = version_content(target, current)
@@ -356,7 +355,7 @@ class SessionService:
         returned with the session)."""
 
         def guarded(current: Session, now: datetime) -> tuple[SessionContent, str]:
-            self._require_open(current)
+            require_open(current)
             return mutate(current, now)
 
         return await self._write(session_id, None, actor, guarded, read, decision)
@@ -426,12 +425,13 @@ class SessionService:
             )
         return timedelta(seconds=ttl_seconds)
 
-    @staticmethod
-    def _require_open(session: Session) -> None:
-        if session.status in _CLOSED:
-            raise Conflict(
-                f"Session {session.session_id} is {session.status}.", session_status=session.status
-            )
+
+def require_open(session: Session) -> None:
+    """409 naming the status if the session is closed (it takes no content changes)."""
+    if session.status in CLOSED_STATUSES:
+        raise Conflict(
+            f"Session {session.session_id} is {session.status}.", session_status=session.status
+        )
 
 
 def _at_base(session_id: UUID, current: Session | None, bases: set[int] | None) -> Session:

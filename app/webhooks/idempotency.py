@@ -45,6 +45,7 @@ from app.errors import (
     ValidationFailed,
     problem_body,
 )
+from app.jobs.sweep import Sweep
 from app.webhooks import repository as repo
 
 logger = logging.getLogger("switchboard.idempotency")
@@ -139,6 +140,15 @@ class IdempotencyService:
         if self._renewer is not None:
             await stop_loop(self._renewer, self._stopping)
             self._renewer = None
+
+    async def purge_expired(self, sweep: Sweep) -> None:
+        """Stored answers past their TTL are purged (a job's sweep)."""
+        now = sweep.now
+        await sweep.step(
+            "idempotency_keys_purged",
+            lambda conn, limit: repo.purge_expired_keys(conn, now, limit),
+            lambda conn: repo.count_expired_keys(conn, now),
+        )
 
     async def run(
         self,

@@ -105,6 +105,16 @@ async def renew_leases(
     )
 
 
+async def purge_expired_keys(conn: Connection, now: datetime, limit: int) -> int:
+    """One batch of keys whose stored answer expired before ``now`` deleted."""
+    return len(await conn.fetch(Q.purge_idempotency_keys, now, limit))
+
+
+async def count_expired_keys(conn: Connection, now: datetime) -> int:
+    """How many keys' stored answers expired before ``now``."""
+    return int(await conn.fetchval(Q.count_purgeable_idempotency_keys, now))
+
+
 async def latest_open_session(
     conn: Connection, user_id: UUID, session_type: str, active_since: datetime, now: datetime
 ) -> UUID | None:

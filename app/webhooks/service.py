@@ -15,7 +15,8 @@ from app.coordination.schemas import MessageRequest
 from app.coordination.service import CoordinationService
 from app.db.pool import Connection, Database
 from app.errors import CleanupFailed, Forbidden, NotFound, ValidationFailed
-from app.maintenance.service import JOBS, MaintenanceService
+from app.jobs.service import JobService
+from app.jobs.table import JOBS
 from app.memories.repository import MemoryFilter
 from app.memories.schemas import Memory
 from app.memories.service import BeforeCommit, MemoryService
@@ -57,7 +58,7 @@ class WebhookService:
         sessions: SessionService,
         coordinator: CoordinationService,
         memories: MemoryService,
-        maintenance: MaintenanceService,
+        jobs: JobService,
     ) -> None:
         self._db = database
         self._clock = clock
@@ -66,7 +67,7 @@ class WebhookService:
         self._sessions = sessions
         self._coordinator = coordinator
         self._memories = memories
-        self._maintenance = maintenance
+        self._jobs = jobs
 
     async def coordinate(
         self,
@@ -166,11 +167,11 @@ class WebhookService:
         """Run one job (or all) now; per-job counts. Who may is the route's guard
         (``integration_key``): it is decided before the body is read. A job that failed
         makes the whole answer a 500 problem (CleanupFailed) carrying every job's result."""
-        names = sorted(JOBS) if job == "all" else [self._maintenance.job(job).name]
+        names = sorted(JOBS) if job == "all" else [self._jobs.job(job).name]
         results: dict[str, Any] = {}
         total = 0
         for name in names:
-            run = await self._maintenance.run_now(name, dry_run)
+            run = await self._jobs.run_now(name, dry_run)
             results[name] = {
                 "run_id": str(run.run_id),
                 "status": run.status,

@@ -9,7 +9,7 @@ import hmac
 from datetime import datetime
 
 from app.errors import Unauthorized
-from app.maintenance.events import SIGNATURE_HEADER, TIMESTAMP_HEADER, sign
+from app.events.signing import SIGNATURE_HEADER, TIMESTAMP_HEADER, sign
 from app.settings import WebhookSettings
 
 # Unix seconds in 12 digits reach the year 33658. Anything longer is not a timestamp, and

@@ -99,18 +99,13 @@ FOR UPDATE OF m
 -- leaves now, the way the retention job would take it (interaction patterns to the
 -- archive, the rest deleted), so the key is free for a new memory. $4 now.
 WITH gone AS (
-    DELETE FROM memories
-    WHERE user_id = $1 AND category = $2 AND key = $3 AND expires_at <= $4
+    DELETE FROM memories m
+    WHERE m.user_id = $1 AND m.category = $2 AND m.key = $3 AND NOT memory_live(m, $4)
     RETURNING *
 ), archived AS (
-    INSERT INTO memory_archive (memory_id, user_id, session_id, agent_name, memory_type,
-                                category, key, content, content_size, access_level, version,
-                                created_at, updated_at, expires_at, archived_at)
-    SELECT memory_id, user_id, session_id, agent_name, memory_type, category, key, content,
-           content_size, access_level, version, created_at, updated_at, expires_at,
-           $4::timestamptz
-    FROM gone
-    WHERE category = 'interaction_patterns'
+    INSERT INTO memory_archive
+    SELECT a.* FROM gone g, memory_archived(g, $4) a
+    WHERE memory_archived_when_expired(g)
     ON CONFLICT (memory_id) DO NOTHING
 )
 SELECT count(*) FROM gone
@@ -261,3 +256,110 @@ WHERE m.memory_id = $1 AND memory_live(m, $2)
 SELECT m.* FROM memories m
 WHERE m.user_id = $1 AND m.category = $2 AND m.key = $3
   AND memory_readable(m, $4, $7, ARRAY(SELECT memory_readable_levels($5, $6)))
+
+-- Retention (app/memories/retention.py, run by the jobs): expired memories go, expired
+-- interaction patterns move to the archive, the archive and the access audit trail are
+-- purged after their retention. Which rows each sweep takes is one predicate in
+-- schema.sql, called by its batch and by its dry-run count; each user whose memories went
+-- is told in the statement that took them (memory_purged_notice, with what the batch took
+-- counted per user and category), and only while someone subscribes (event_subscribed): a
+-- batch nobody listens to counts nothing.
+
+-- name: delete_expired_memories
+-- Expired memories go (interaction patterns are archived instead, below). Batches walk the
+-- expiry index in order. Each finds the expiry $2 rows further on, deletes everything up
+-- to and including that instant (so a batch is short only when the sweep is done; rows
+-- sharing that instant all go in this batch) and returns how many it took and the instant
+-- it reached; the next batch starts after it ($3, NULL for the first), so no batch steps
+-- over rows that earlier ones deleted. No rows are locked first: a row updated meanwhile
+-- is re-checked by the DELETE against its new expiry. $1 now, $2 batch size. The users
+-- whose memories went are told in this same statement, so the notice commits or rolls
+-- back with the deletion: one memory.purged per user and batch, with the counts per
+-- category (a notifier wants one notice per user, not job totals).
+WITH reach AS (
+    SELECT coalesce(
+        (SELECT expires_at FROM memories m
+         WHERE memory_expired_to_delete(m, $1)
+           AND expires_at > coalesce($3::timestamptz, '-infinity')
+         ORDER BY expires_at
+         OFFSET $2 - 1 LIMIT 1),
+        $1) AS upto
+), gone AS (
+    DELETE FROM memories m
+    WHERE memory_expired_to_delete(m, $1)
+      AND expires_at > coalesce($3::timestamptz, '-infinity')
+      AND expires_at <= (SELECT upto FROM reach)
+    RETURNING user_id, category
+)
+SELECT count(*) AS taken, (SELECT upto FROM reach) AS reached,
+       (SELECT memory_purged_notice(array_agg(user_id), array_agg(category), array_agg(n),
+                                    'deleted', $1)
+        FROM (SELECT user_id, category, count(*) AS n FROM gone
+              WHERE event_subscribed('memory.purged') GROUP BY user_id, category) taken) AS told
+FROM gone
+
+-- name: count_expired_memories
+SELECT count(*) FROM memories m WHERE memory_expired_to_delete(m, $1)
+
+-- name: archive_interaction_patterns
+-- Expired interaction patterns move to memory_archive; each user whose patterns moved is
+-- told (memory.purged, action 'archived'). $1 now, $2 batch size.
+WITH picked AS (
+    SELECT memory_id FROM memories m
+    WHERE memory_expired_to_archive(m, $1)
+    ORDER BY expires_at
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+), moved AS (
+    DELETE FROM memories m USING picked WHERE m.memory_id = picked.memory_id
+    RETURNING m.*
+), archived AS (
+    INSERT INTO memory_archive
+    SELECT a.* FROM moved m, memory_archived(m, $1) a
+    ON CONFLICT (memory_id) DO NOTHING
+    RETURNING user_id, category
+)
+SELECT count(*) AS taken,
+       (SELECT memory_purged_notice(array_agg(user_id), array_agg(category), array_agg(n),
+                                    'archived', $1)
+        FROM (SELECT user_id, category, count(*) AS n FROM archived
+              WHERE event_subscribed('memory.purged') GROUP BY user_id, category) taken) AS told
+FROM archived
+
+-- name: count_archivable_patterns
+SELECT count(*) FROM memories m WHERE memory_expired_to_archive(m, $1)
+
+-- name: purge_memory_archive
+-- Archived memories older than the archive retention are purged (picked by ctid, without
+-- locking first, as the session archive's purge); each user whose archive shrank is told
+-- (memory.purged, action 'archive_purged'). $1 archived before, $2 now, $3 batch size.
+WITH gone AS (
+    DELETE FROM memory_archive a
+    WHERE ctid = ANY(ARRAY(
+            SELECT ctid FROM memory_archive x WHERE memory_archive_lapsed(x, $1)
+            ORDER BY archived_at LIMIT $3))
+      AND memory_archive_lapsed(a, $1)
+    RETURNING user_id, category
+)
+SELECT count(*) AS taken,
+       (SELECT memory_purged_notice(array_agg(user_id), array_agg(category), array_agg(n),
+                                    'archive_purged', $2)
+        FROM (SELECT user_id, category, count(*) AS n FROM gone
+              WHERE event_subscribed('memory.purged') GROUP BY user_id, category) taken) AS told
+FROM gone
+
+-- name: count_purgeable_memory_archive
+SELECT count(*) FROM memory_archive a WHERE memory_archive_lapsed(a, $1)
+
+-- name: purge_access_log
+-- The memory access audit trail older than its retention, picked by ctid like the other
+-- purges. $1 cut-off, $2 batch size.
+DELETE FROM memory_access_log l
+WHERE ctid = ANY(ARRAY(
+        SELECT ctid FROM memory_access_log x WHERE memory_access_lapsed(x, $1)
+        ORDER BY at LIMIT $2))
+  AND memory_access_lapsed(l, $1)
+RETURNING log_id
+
+-- name: count_purgeable_access_log
+SELECT count(*) FROM memory_access_log l WHERE memory_access_lapsed(l, $1)

@@ -85,22 +85,18 @@ WITH updated AS (
 SELECT updated.*, (SELECT decision_id FROM decided) AS decision_id FROM updated
 
 -- name: touch_session
--- Heartbeat: records activity, wakes an idle session, and keeps a session with a running
--- process alive for at least the extension period. Not a content change: no new version.
--- Completed and expired sessions are left alone (no row back).
-UPDATE session_coordination
+-- Heartbeat: records activity, wakes an idle session, and keeps a session running a process
+-- alive for at least the extension period. Not a content change: no new version. A
+-- completed session is left alone (no row back).
+UPDATE session_coordination s
 SET last_activity_at = $2,
-    status = CASE WHEN status = 'idle' THEN 'active' ELSE status END,
+    status = CASE WHEN s.status = 'idle' THEN 'active' ELSE s.status END,
     expires_at = CASE
-        WHEN session_state ->> 'active_process' IS NOT NULL
-            THEN greatest(expires_at, $2::timestamptz + $3::interval)
-        ELSE expires_at
+        WHEN session_running(s) THEN greatest(s.expires_at, $2::timestamptz + $3::interval)
+        ELSE s.expires_at
     END,
-    expiry_warned_at = CASE
-        WHEN session_state ->> 'active_process' IS NOT NULL THEN NULL
-        ELSE expiry_warned_at
-    END
-WHERE session_id = $1 AND status NOT IN ('completed', 'expired')
+    expiry_warned_at = CASE WHEN session_running(s) THEN NULL ELSE s.expiry_warned_at END
+WHERE s.session_id = $1 AND session_open(s)
 RETURNING *
 
 -- name: list_user_sessions
@@ -125,3 +121,160 @@ LIMIT $3
 -- name: get_session_version
 SELECT * FROM session_state_versions
 WHERE session_id = $1 AND version = $2
+
+-- What time does to sessions (app/sessions/lifecycle.py, run by the jobs), and the
+-- archive: expired and long-completed sessions leave the live tables with their history and
+-- can be restored for the recovery window. Which rows a sweep takes is one predicate in
+-- schema.sql (session_goes_idle, session_expired, ...), called by its batch and by its
+-- dry-run count. Every batch locks its rows with FOR UPDATE SKIP LOCKED, so a sweep never
+-- waits for (or blocks) an API writer holding one of them; that row is taken next time.
+
+-- name: idle_inactive_sessions
+-- Active sessions quiet for too long become idle. $1 inactive before, $2 batch size.
+WITH picked AS (
+    SELECT session_id FROM session_coordination s
+    WHERE session_goes_idle(s, $1)
+    ORDER BY last_activity_at
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE session_coordination s
+SET status = 'idle'
+FROM picked
+WHERE s.session_id = picked.session_id
+RETURNING s.session_id
+
+-- name: count_inactive_sessions
+SELECT count(*) FROM session_coordination s WHERE session_goes_idle(s, $1)
+
+-- name: extend_running_sessions
+-- Sessions whose process moved in the last window live on: expiry = now + extension, as a
+-- heartbeat (touch_session) keeps them. Not a content change, so no new version (see
+-- docs/design.md, "Sessions"). Only sessions whose expiry is nearer than half the extension
+-- are touched, so a busy session is written every couple of hours, not every run.
+-- $1 moved since, $2 new expiry, $3 extend if expiring before, $4 batch size.
+WITH picked AS (
+    SELECT session_id FROM session_coordination s
+    WHERE session_extendable(s, $1, $3)
+    ORDER BY expires_at
+    LIMIT $4
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE session_coordination s
+SET expires_at = $2, expiry_warned_at = NULL
+FROM picked
+WHERE s.session_id = picked.session_id
+RETURNING s.session_id
+
+-- name: count_extendable_sessions
+SELECT count(*) FROM session_coordination s WHERE session_extendable(s, $1, $2)
+
+-- name: warn_expiring_sessions
+-- Sessions that will expire within the warning window, told once (session.expiring).
+-- $1 now, $2 window end, $3 batch size.
+WITH picked AS (
+    SELECT session_id FROM session_coordination s
+    WHERE session_expiring(s, $1, $2)
+    ORDER BY expires_at
+    LIMIT $3
+    FOR UPDATE SKIP LOCKED
+), warned AS (
+    UPDATE session_coordination s
+    SET expiry_warned_at = $1
+    FROM picked
+    WHERE s.session_id = picked.session_id
+    RETURNING s.session_id, s.user_id, s.session_type, s.expires_at
+), told AS (
+    INSERT INTO outbox_events (event_type, payload, created_at)
+    SELECT 'session.expiring',
+           jsonb_build_object('session_id', session_id, 'user_id', user_id,
+                              'session_type', session_type, 'expires_at', expires_at),
+           $1::timestamptz
+    FROM warned
+)
+SELECT session_id FROM warned
+
+-- name: count_expiring_sessions
+SELECT count(*) FROM session_coordination s WHERE session_expiring(s, $1, $2)
+
+-- name: archive_expired_sessions
+-- Expired sessions leave the live tables for the archive, restorable for the recovery
+-- window (session_archive_move: the row, its history and session.expired in one
+-- statement). Picked oldest expiry first through the expiry index; archival picks its own
+-- way (below). $1 now, $2 restorable until, $3 batch size.
+SELECT session_archive_move(ARRAY(
+    SELECT session_id FROM session_coordination s
+    WHERE session_expired(s, $1)
+    ORDER BY expires_at
+    LIMIT $3
+    FOR UPDATE SKIP LOCKED), 'expired', $1, $2)
+
+-- name: count_expired_sessions
+SELECT count(*) FROM session_coordination s WHERE session_expired(s, $1)
+
+-- name: archive_completed_sessions
+-- Sessions completed longer ago than the retention leave for the archive with their
+-- history (session.archived). $1 now, $2 completed before, $3 restorable until, $4 batch.
+SELECT session_archive_move(ARRAY(
+    SELECT session_id FROM session_coordination s
+    WHERE session_archivable(s, $2)
+    ORDER BY completed_at
+    LIMIT $4
+    FOR UPDATE SKIP LOCKED), 'completed', $1, $3)
+
+-- name: count_archivable_sessions
+SELECT count(*) FROM session_coordination s WHERE session_archivable(s, $1)
+
+-- name: purge_session_archive
+-- Archived sessions past their recovery window are gone for good. $1 now, $2 batch size.
+-- Picked by ctid without locking first (locking writes every row once more): a restore
+-- racing the purge either wins (the row is gone, or has a new ctid, when the DELETE
+-- re-checks it) or finds nothing to restore.
+DELETE FROM session_archive a
+WHERE ctid = ANY(ARRAY(
+        SELECT ctid FROM session_archive x WHERE session_archive_lapsed(x, $1)
+        ORDER BY restorable_until LIMIT $2))
+  AND session_archive_lapsed(a, $1)
+RETURNING session_id
+
+-- name: count_purgeable_session_archive
+SELECT count(*) FROM session_archive a WHERE session_archive_lapsed(a, $1)
+
+-- name: lock_restorable_session
+-- An archived session that may still be restored at $2, row-locked for the restore.
+SELECT * FROM session_archive a
+WHERE a.session_id = $1 AND NOT session_archive_lapsed(a, $2)
+FOR UPDATE
+
+-- name: restore_session_row
+INSERT INTO session_coordination
+SELECT * FROM jsonb_populate_record(NULL::session_coordination, $1)
+
+-- name: restore_session_versions
+INSERT INTO session_state_versions
+SELECT * FROM jsonb_populate_recordset(NULL::session_state_versions, $1)
+
+-- name: delete_archived_session
+DELETE FROM session_archive WHERE session_id = $1
+
+-- name: restart_restored_session
+-- A restored session lives again: a fresh expiry, no pending warning; one archived on
+-- expiry is active again (a completed one stays completed). Subscribers are told (session.restored,
+-- with why it had been archived: $4). $2 expires at, $3 now.
+WITH restarted AS (
+    UPDATE session_coordination s
+    SET expires_at = $2, expiry_warned_at = NULL, last_activity_at = $3,
+        status = CASE WHEN session_open(s) THEN 'active' ELSE s.status END
+    WHERE s.session_id = $1
+    RETURNING s.session_id, s.user_id
+), told AS (
+    INSERT INTO outbox_events (event_type, payload, created_at)
+    SELECT 'session.restored',
+           jsonb_build_object('session_id', session_id, 'user_id', user_id, 'reason', $4::text),
+           $3::timestamptz
+    FROM restarted
+)
+SELECT session_id FROM restarted
+
+-- name: session_exists
+SELECT EXISTS (SELECT 1 FROM session_coordination WHERE session_id = $1)

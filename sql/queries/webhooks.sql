@@ -72,3 +72,16 @@ LIMIT 1
 
 -- name: agent_roles
 SELECT roles FROM agents WHERE name = $1 AND disabled_at IS NULL
+
+-- name: purge_idempotency_keys
+-- Stored webhook answers past their 24 hours (a job's sweep). $1 now, $2 batch size.
+WITH picked AS (
+    SELECT principal, key FROM idempotency_keys k WHERE idempotency_key_lapsed(k, $1)
+    ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED
+)
+DELETE FROM idempotency_keys k USING picked
+WHERE k.principal = picked.principal AND k.key = picked.key
+RETURNING k.key
+
+-- name: count_purgeable_idempotency_keys
+SELECT count(*) FROM idempotency_keys k WHERE idempotency_key_lapsed(k, $1)

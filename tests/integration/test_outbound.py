@@ -18,7 +18,7 @@ from litestar import Litestar
 from app.asgi import create_app
 from app.clock import Clock, FrozenClock
 from app.db.pool import Database
-from app.maintenance.events import EventService
+from app.events.service import EventService
 from app.outbound.policy import IPAddress, OutboundPolicy
 from app.outbound.transport import OutboundTransport, outbound_client
 from app.settings import (

@@ -17,12 +17,15 @@ import pytest
 
 from app.clock import Clock, FrozenClock
 from app.db.pool import Database
-from app.maintenance import repository as maintenance_repo
-from app.maintenance.events import EventService
-from app.maintenance.service import JOBS, MaintenanceService, slot_start
+from app.events.service import EventService
+from app.jobs import repository as jobs_repo
+from app.jobs.service import JobService, slot_start
+from app.jobs.table import JOBS
+from app.memories import repository as memories_repo
 from app.outbound.policy import OutboundPolicy
 from app.outbound.transport import outbound_client
-from app.settings import DatabaseSettings, SchedulerSettings, SessionSettings
+from app.services import Services, build_services
+from app.settings import DatabaseSettings, SchedulerSettings, Settings
 from tests.agent_server import AgentServer
 from tests.conftest import LOOPBACK_ALLOWED
 from tests.integration.helpers import assert_problem, create_session, create_user, if_match
@@ -42,15 +45,24 @@ async def database(database_url: str) -> AsyncIterator[Database]:
 
 
 @pytest.fixture
-def make_replica(
+async def make_replica(
     database: Database, frozen_clock: FrozenClock
-) -> Callable[..., MaintenanceService]:
-    def make(name: str = "replica-a", **settings: Any) -> MaintenanceService:
-        return MaintenanceService(
-            database, frozen_clock, SchedulerSettings(**settings), SessionSettings(), name
-        )
+) -> AsyncIterator[Callable[..., JobService]]:
+    """The jobs of a replica named ``name`` (its services built as every process builds
+    them), with scheduler settings of the test's choosing."""
+    built: list[Services] = []
 
-    return make
+    def make(name: str = "replica-a", **settings: Any) -> JobService:
+        scheduler = SchedulerSettings(**settings)
+        services = build_services(
+            Settings(scheduler=scheduler), database, frozen_clock, replica=name
+        )
+        built.append(services)
+        return services.jobs
+
+    yield make
+    for services in built:
+        await services.aclose()
 
 
 async def rows(database_url: str, sql: str, *args: Any) -> list[asyncpg.Record]:
@@ -110,16 +122,19 @@ async def test_expiry_extension_for_recently_active_processes(
     run = await make_replica().run_now("expiry_extension", dry_run=False)
     assert run.details == {"sessions_extended": 1}
     body = (await client.get(f"/v1/sessions/{busy['session_id']}")).json()
-    assert body["version"] == 3
     assert (
         body["expires_at"].replace("Z", "+00:00")
         == (frozen_clock.now() + timedelta(hours=4)).isoformat()
     )
+    # An expiry pushed is not content, as a heartbeat's is not: no new version, so a writer
+    # holding the version it read is not refused because the session lived on.
+    assert body["version"] == 2
     history = (await client.get(f"/v1/sessions/{busy['session_id']}/versions")).json()["items"]
-    assert (history[0]["change_reason"], history[0]["changed_by"]) == (
-        "expiry_extended",
-        "scheduler",
+    assert [v["change_reason"] for v in history] == ["patched", "created"]
+    patched = await client.patch(
+        f"/v1/sessions/{busy['session_id']}", json={"progress_percentage": 20}, headers=if_match(2)
     )
+    assert patched.status_code == 200, patched.text
     assert (await client.get(f"/v1/sessions/{stale['session_id']}")).json()["version"] == 1
     assert (await client.get(f"/v1/sessions/{idle['session_id']}")).json()["version"] == 1
 
@@ -370,7 +385,7 @@ async def test_memory_purged_commits_with_its_batch(
         frozen_clock.advance(timedelta(minutes=1))
     frozen_clock.advance(timedelta(days=2))
 
-    real_batch = maintenance_repo.resuming_batch
+    real_batch = memories_repo.delete_expired
     batches = 0
 
     async def crash_on_the_second_batch(*args: Any) -> tuple[int, Any]:
@@ -380,7 +395,7 @@ async def test_memory_purged_commits_with_its_batch(
             raise RuntimeError("the replica died here")
         return await real_batch(*args)
 
-    monkeypatch.setattr(maintenance_repo, "resuming_batch", crash_on_the_second_batch)
+    monkeypatch.setattr(memories_repo, "delete_expired", crash_on_the_second_batch)
     failed = await make_replica(batch_size=1).run_now("memory_retention", dry_run=False)
     assert failed.status == "failed"
     assert await purged_events(database_url) == [
@@ -451,12 +466,13 @@ async def test_housekeeping_purges_what_the_service_recorded_past_its_retention(
     old = frozen_clock.now() - timedelta(days=400)
     conn = await asyncpg.connect(database_url)
     try:
-        subscription = await conn.fetchval(
+        await conn.execute(
             """INSERT INTO subscriptions (url, secret, event_types, created_at)
                VALUES ('http://127.0.0.1:9/hook', 'secret-0123456789abcdef',
-                       '{session.expired}', $1) RETURNING subscription_id""",
+                       '{session.expired}', $1)""",
             old,
         )
+        # Each event is given its (pending) delivery when it is written.
         events = [
             await conn.fetchval(
                 "INSERT INTO outbox_events (event_type, payload, created_at)"
@@ -466,14 +482,10 @@ async def test_housekeeping_purges_what_the_service_recorded_past_its_retention(
             for _ in range(3)
         ]
         for event, status in zip(events, ["delivered", "dead", "pending"], strict=True):
-            await conn.execute(
-                "INSERT INTO event_deliveries (event_id, subscription_id, status, next_attempt_at)"
-                " VALUES ($1, $2, $3, $4)",
-                event,
-                subscription,
-                status,
-                old,
+            changed = await conn.execute(
+                "UPDATE event_deliveries SET status = $2 WHERE event_id = $1", event, status
             )
+            assert changed == "UPDATE 1"
         await conn.execute("UPDATE memory_access_log SET at = $1", old)
         await conn.execute(
             """INSERT INTO job_runs (job_name, slot_start, trigger, status, claimed_by,
@@ -554,7 +566,7 @@ async def test_a_dead_claim_is_taken_over_after_its_lease(
     job = JOBS["archival"]  # a daily slot: the clock stays inside it
     slot = slot_start(frozen_clock.now(), job.interval(SchedulerSettings()))
     async with database.transaction() as conn:
-        run_id = await maintenance_repo.claim_run(
+        run_id = await jobs_repo.claim_run(
             conn,
             job.name,
             slot,
@@ -585,7 +597,7 @@ async def test_a_crash_between_batches_loses_nothing(
 ) -> None:
     sessions = [await create_session(client, ttl_seconds=3600) for _ in range(5)]
     frozen_clock.advance(timedelta(hours=2))
-    real = maintenance_repo.record_progress
+    real = jobs_repo.record_progress
     calls = 0
 
     async def crash_on_second_batch(*args: Any, **kwargs: Any) -> None:
@@ -595,7 +607,7 @@ async def test_a_crash_between_batches_loses_nothing(
             raise RuntimeError("injected crash")
         await real(*args, **kwargs)
 
-    monkeypatch.setattr(maintenance_repo, "record_progress", crash_on_second_batch)
+    monkeypatch.setattr(jobs_repo, "record_progress", crash_on_second_batch)
     run = await make_replica(batch_size=2).run_now("expiry_cleanup", dry_run=False)
     assert run.status == "failed"
     assert "injected crash" in (run.error or "")
@@ -606,7 +618,7 @@ async def test_a_crash_between_batches_loses_nothing(
     assert len(archived) == 2
     assert not {r["session_id"] for r in live} & {r["session_id"] for r in archived}
 
-    monkeypatch.setattr(maintenance_repo, "record_progress", real)
+    monkeypatch.setattr(jobs_repo, "record_progress", real)
     run = await make_replica(batch_size=2).run_now("expiry_cleanup", dry_run=False)
     assert run.status == "succeeded"
     assert run.details["sessions_expired"] == 3

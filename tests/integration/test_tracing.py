@@ -20,7 +20,7 @@ from app.clock import FrozenClock
 from app.db.pool import Database
 from app.errors import EXCEPTION_HANDLERS
 from app.logs import log_handler
-from app.maintenance.service import MaintenanceService
+from app.services import build_services
 from app.settings import LoggingSettings, Settings, TracingSettings
 from app.tracing import TracedRequests, Tracing
 from tests import dbutil
@@ -222,13 +222,12 @@ async def test_events_keep_the_trace_of_the_request_or_job_that_wrote_them(
         # A scheduled run is a trace of its own (scheduler/runner.py runs it in a span).
         database = Database(database_url, settings.database)
         await database.open()
+        services = build_services(settings, database, frozen_clock, replica="replica-test")
         try:
-            maintenance = MaintenanceService(
-                database, frozen_clock, settings.scheduler, settings.sessions, "replica-test"
-            )
             with tracing.span("job expiry_warning") as job_trace:
-                await maintenance.run_now("expiry_warning", dry_run=False)
+                await services.jobs.run_now("expiry_warning", dry_run=False)
         finally:
+            await services.aclose()
             await database.close()
         listed = (await client.get("/v1/events")).json()["items"]
     by_type = {e["event_type"]: e["trace_id"] for e in listed}

@@ -551,3 +551,24 @@ async def test_malformed_signature_timestamps_are_401_not_500(
     response = await client.post("/webhooks/n8n/cleanup", content=body, headers=headers)
     problem = assert_problem(response, 401)
     assert "Timestamp" in problem["detail"]
+
+
+async def test_a_replayed_memory_write_is_the_first_answer_to_the_byte(
+    client: httpx.AsyncClient,
+) -> None:
+    """The stored answer is replayed as the first one was written: the same times
+    (``Z``, not ``+00:00``), so a client comparing strings sees no difference."""
+    user = await create_user(client)
+    write = {
+        "user_id": user,
+        "agent_name": "Collect_Create_Data_Agent",
+        "memory_type": "data_collection",
+        "memory_content": {"monthly_income": 3200},
+    }
+    headers = {"Idempotency-Key": "replay-bytes-1"}
+    first = await client.post("/webhooks/n8n/memory", json=write, headers=headers)
+    second = await client.post("/webhooks/n8n/memory", json=write, headers=headers)
+    assert first.status_code == second.status_code == 200, first.text
+    assert second.headers["idempotent-replayed"] == "true"
+    assert first.json()["memory"]["created_at"].endswith("Z")
+    assert second.json() == first.json()

@@ -176,17 +176,43 @@ async def test_upgrade_head_builds_exactly_schema_sql(server_url: str) -> None:
     assert [row[0] for row in from_migrations["functions"]] == [
         "agent_shown",
         "current_traceparent",
+        "event_subscribed",
+        "idempotency_key_lapsed",
+        "job_run_lapsed",
         "jsonb_mentions_any",
         "jsonb_or_null",
+        "memory_access_lapsed",
+        "memory_archive_lapsed",
+        "memory_archived",
+        "memory_archived_when_expired",
+        "memory_expired_to_archive",
+        "memory_expired_to_delete",
         "memory_list_rows",
         "memory_live",
+        "memory_purged_notice",
         "memory_readable",
         "memory_readable_levels",
         "memory_visible",
+        "outbox_events_settled",
+        "outbox_fan_out",
         "replica_is_present",
         "replica_lock_space",
+        "session_archivable",
+        "session_archive_lapsed",
+        "session_archive_move",
+        "session_expired",
+        "session_expiring",
+        "session_extendable",
+        "session_goes_idle",
+        "session_may_lapse",
+        "session_open",
+        "session_running",
         "session_version",
+        "subscription_wants",
         "uuid_generate_v7",
+    ]
+    assert [row[:2] for row in from_migrations["triggers"]] == [
+        ("outbox_events", "outbox_events_fan_out")
     ]
     assert_same_schema(from_migrations, from_schema_sql, "migrations", "schema.sql")
 
@@ -271,3 +297,39 @@ async def test_uuid_primary_keys_default_to_uuid_v7(server_url: str) -> None:
     assert [str(value) for value in spaced] == sorted(str(value) for value in spaced)
     assert [value.bytes for value in spaced] == sorted(value.bytes for value in spaced)
     assert spaced[0].int >> 80 >= millis[-1]
+
+
+async def test_expired_is_no_longer_a_session_status(server_url: str) -> None:
+    """Revision no_expired_status takes 'expired' out of the status CHECK; a row holding it
+    (only ever written by hand) becomes 'active', as a restore would make it."""
+    async with empty_database(server_url) as url:
+        script = ScriptDirectory.from_config(alembic_config(url))
+        (revision,) = [
+            rev for rev in script.walk_revisions() if rev.path.endswith("_no_expired_status.py")
+        ]
+        assert isinstance(revision.down_revision, str)
+        await asyncio.to_thread(upgrade, url, revision.down_revision)
+        conn = await asyncpg.connect(url)
+        try:
+            user = await conn.fetchval("INSERT INTO users DEFAULT VALUES RETURNING id")
+            session = await conn.fetchval(
+                "INSERT INTO session_coordination (user_id, status) VALUES ($1, 'expired')"
+                " RETURNING session_id",
+                user,
+            )
+            await asyncio.to_thread(upgrade, url, revision.revision)
+            status = await conn.fetchval(
+                "SELECT status FROM session_coordination WHERE session_id = $1", session
+            )
+            try:
+                await conn.execute(
+                    "UPDATE session_coordination SET status = 'expired' WHERE session_id = $1",
+                    session,
+                )
+                refused = False
+            except asyncpg.CheckViolationError:
+                refused = True
+        finally:
+            await conn.close()
+    assert status == "active"
+    assert refused

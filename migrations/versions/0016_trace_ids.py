@@ -9,8 +9,8 @@ than from each statement: current_traceparent() reads what app/db/pool.py sets w
 set_config(..., true) when a transaction is opened with trace=True, and is the column's
 default. Rows from before have none.
 
-Revision ID: 0014
-Revises: 0013
+Revision ID: 0016
+Revises: 0015
 Create Date: 2026-11-25
 """
 
@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from migrations.sqlscript import run_sql
 
-revision = "0014"
-down_revision = "0013"
+revision = "0016"
+down_revision = "0015"
 branch_labels = None
 depends_on = None
 

@@ -1,87 +1,44 @@
-"""The event outbox: subscriptions, signed delivery with retries, listing and redelivery.
+"""Subscriptions and the delivery of outbox events.
 
-Events are written in the same transaction as the change they describe (see the job
-statements in maintenance.sql). Delivery is at-least-once: a delivery is claimed with
-SKIP LOCKED (so two replicas never post the same one at the same time), posted with an
-HMAC-SHA256 signature over ``<timestamp>.<body>``, and retried with exponential backoff
-and jitter until it succeeds or runs out of attempts (then it is ``dead``). Receivers
-de-duplicate by ``X-Switchboard-Event-Id``.
+Events are written in the same transaction as the change they describe, by the statement
+that makes it (sessions.sql, memories.sql); a trigger on outbox_events gives each one a
+delivery per subscriber that wants its type. Delivery is at-least-once: a delivery is
+claimed with SKIP LOCKED (so two replicas never post the same one at the same time), posted
+signed (app/events/signing.py), and retried with exponential backoff and jitter until it
+succeeds or runs out of attempts (then it is ``dead``). Receivers de-duplicate by
+``X-Switchboard-Event-Id``.
 """
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import logging
 import random
 import secrets
-from dataclasses import dataclass
 from datetime import timedelta
-from typing import Annotated, Literal
 from uuid import UUID
 
 import httpx
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from app.clock import Clock
 from app.common.pagination import FIRST_PAGE_OF_PAIRS, cut_page, decode_time_id_id_cursor
-from app.common.validation import StoredHttpUrl
 from app.db.pool import Database
 from app.errors import NotFound
-from app.maintenance import repository as repo
-from app.maintenance.schemas import EventDelivery, Subscription
+from app.events import repository as repo
+from app.events.schemas import (
+    DueDelivery,
+    EventDeliveryPage,
+    Subscription,
+    SubscriptionCreate,
+    SubscriptionWithSecret,
+)
+from app.events.signing import SIGNATURE_HEADER, TIMESTAMP_HEADER, sign
+from app.jobs.sweep import Sweep
 from app.outbound.policy import OutboundPolicy, OutboundRefused
 from app.settings import SchedulerSettings
 from app.tracing import outbound_headers
 
 logger = logging.getLogger("switchboard.events")
-
-EVENT_TYPES = (
-    "session.expiring",
-    "session.expired",
-    "session.archived",
-    "session.restored",
-    "memory.purged",
-)
-EventType = Literal[
-    "session.expiring", "session.expired", "session.archived", "session.restored", "memory.purged"
-]
-SIGNATURE_HEADER = "X-Switchboard-Signature"
-TIMESTAMP_HEADER = "X-Switchboard-Timestamp"
-
-
-def sign(secret: str, timestamp: int, body: bytes) -> str:
-    """``v1=<hex HMAC-SHA256(secret, "<timestamp>.<body>")>``."""
-    digest = hmac.new(secret.encode(), f"{timestamp}.".encode() + body, hashlib.sha256)
-    return "v1=" + digest.hexdigest()
-
-
-class SubscriptionCreate(BaseModel):
-    """Subscribe a URL to event types."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    url: StoredHttpUrl
-    event_types: list[EventType] = Field(min_length=1, max_length=len(EVENT_TYPES))
-    # Generated (and shown once) when not given.
-    secret: Annotated[str, StringConstraints(min_length=16, max_length=200)] | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class SubscriptionWithSecret:
-    """A new subscriber and the secret its signatures use, shown once."""
-
-    subscription: Subscription
-    secret: str
-
-
-@dataclass(frozen=True, slots=True)
-class EventDeliveryPage:
-    """A page of deliveries, newest event first."""
-
-    items: list[EventDelivery]
-    next_cursor: str | None
 
 
 class EventService:
@@ -144,6 +101,16 @@ class EventService:
             raise NotFound(f"No deliveries for event {event_id}.")
         return count
 
+    async def purge_settled(self, sweep: Sweep) -> None:
+        """Events older than their retention whose deliveries are all over (delivered or
+        dead) go, with those deliveries; an event still being retried stays."""
+        before = sweep.now - self._settings.event_retention
+        await sweep.step(
+            "events_purged",
+            lambda conn, limit: repo.purge_settled_events(conn, before, limit),
+            lambda conn: repo.count_settled_events(conn, before),
+        )
+
     async def deliver_due(self, limit: int = 100) -> int:
         """Post every due delivery once; returns how many were attempted."""
         now = self._clock.now()
@@ -154,7 +121,7 @@ class EventService:
             await self._deliver(delivery)
         return len(due)
 
-    async def _deliver(self, row: repo.DueDelivery) -> None:
+    async def _deliver(self, row: DueDelivery) -> None:
         body = orjson.dumps(
             {
                 "event_id": str(row.event_id),

@@ -1,4 +1,4 @@
-"""Maintenance shapes: job runs, jobs, restore."""
+"""Job shapes: runs, jobs and the outcome of a slot claim."""
 
 from __future__ import annotations
 
@@ -52,32 +52,3 @@ class ClaimOutcome:
 
     claimed: bool
     run: JobRun | None
-
-
-@dataclass(frozen=True, slots=True)
-class Subscription:
-    """A subscriber (never its secret)."""
-
-    subscription_id: UUID
-    url: str
-    event_types: list[str]
-    created_at: datetime
-    disabled_at: datetime | None
-
-
-@dataclass(frozen=True, slots=True)
-class EventDelivery:
-    """An event and the state of its delivery to one subscriber."""
-
-    event_id: UUID
-    event_type: str
-    payload: dict[str, Any]
-    created_at: datetime
-    subscription_id: UUID
-    status: str
-    attempts: int
-    last_error: str | None
-    delivered_at: datetime | None
-    next_attempt_at: datetime
-    # The trace of the request or job that wrote the event (None for older events).
-    trace_id: str | None

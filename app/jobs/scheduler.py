@@ -8,8 +8,9 @@ import logging
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
-from app.maintenance.events import EventService
-from app.maintenance.service import JOBS, MaintenanceService
+from app.events.service import EventService
+from app.jobs.service import JobService
+from app.jobs.table import JOBS
 from app.tracing import Tracing
 
 logger = logging.getLogger("switchboard.scheduler")
@@ -18,17 +19,15 @@ logger = logging.getLogger("switchboard.scheduler")
 class Scheduler:
     """Triggers jobs on their intervals and delivers events; calls services only."""
 
-    def __init__(
-        self, maintenance: MaintenanceService, events: EventService, tracing: Tracing
-    ) -> None:
-        self._maintenance = maintenance
+    def __init__(self, jobs: JobService, events: EventService, tracing: Tracing) -> None:
+        self._jobs = jobs
         self._events = events
         self._tracing = tracing
         self._scheduler = AsyncIOScheduler(timezone="UTC")
 
     def start(self) -> None:
         """Add the triggers and start (needs a running event loop)."""
-        settings = self._maintenance.settings
+        settings = self._jobs.settings
         for name, job in JOBS.items():
             self._scheduler.add_job(
                 self._run,
@@ -49,9 +48,7 @@ class Scheduler:
             coalesce=True,
         )
         self._scheduler.start()
-        logger.info(
-            "scheduler started (%s), replica %s", ", ".join(JOBS), self._maintenance.replica_id
-        )
+        logger.info("scheduler started (%s), replica %s", ", ".join(JOBS), self._jobs.replica_id)
 
     def shutdown(self) -> None:
         """Stop triggering (runs in progress finish on their own)."""
@@ -62,7 +59,7 @@ class Scheduler:
         # Each run is a trace of its own: its log lines and the calls it makes share an id.
         with self._tracing.span(f"job {name}"):
             try:
-                outcome = await self._maintenance.run_scheduled(name)
+                outcome = await self._jobs.run_scheduled(name)
             except Exception:
                 logger.exception("job %s could not run", name, extra={"job": name})
                 return

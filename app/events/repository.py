@@ -1,0 +1,83 @@
+"""Event rows in and out of PostgreSQL: subscriptions, deliveries, the events' retention."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from uuid import UUID
+
+from app.db.pool import Connection
+from app.db.queries import QUERIES
+from app.events.schemas import DueDelivery, EventDelivery, Subscription
+
+Q = QUERIES.events
+
+
+async def claim_due_deliveries(
+    conn: Connection, now: datetime, limit: int, in_flight_until: datetime
+) -> list[DueDelivery]:
+    """Take due deliveries (SKIP LOCKED) and mark them in flight."""
+    rows = await conn.fetch(Q.claim_due_deliveries, now, limit, in_flight_until)
+    return [DueDelivery(**dict(row)) for row in rows]
+
+
+async def mark_delivered(conn: Connection, delivery: DueDelivery, now: datetime) -> None:
+    """A subscriber took the event."""
+    await conn.execute(Q.mark_delivered, delivery.event_id, delivery.subscription_id, now)
+
+
+async def mark_delivery_failed(
+    conn: Connection, delivery: DueDelivery, error: str, next_attempt_at: datetime, dead: bool
+) -> None:
+    """A delivery failed: retry later, or give up."""
+    await conn.execute(
+        Q.mark_delivery_failed,
+        delivery.event_id,
+        delivery.subscription_id,
+        error,
+        next_attempt_at,
+        dead,
+    )
+
+
+async def insert_subscription(
+    conn: Connection, url: str, event_types: list[str], secret: str, now: datetime
+) -> Subscription:
+    """A new subscriber (without its secret)."""
+    row = await conn.fetchrow(Q.insert_subscription, url, event_types, secret, now)
+    if row is None:
+        raise RuntimeError("insert_subscription returned no row")
+    return Subscription(**dict(row))
+
+
+async def list_subscriptions(conn: Connection) -> list[Subscription]:
+    """Every subscriber (without secrets)."""
+    return [Subscription(**dict(row)) for row in await conn.fetch(Q.list_subscriptions)]
+
+
+async def delete_subscription(conn: Connection, subscription_id: UUID) -> bool:
+    """Remove a subscriber; False if there was none."""
+    return await conn.fetchval(Q.delete_subscription, subscription_id) is not None
+
+
+async def list_deliveries(
+    conn: Connection, status: str | None, before: tuple[datetime, UUID, UUID], limit: int
+) -> list[EventDelivery]:
+    """Events with their delivery state, newest first, after the (created_at, event_id,
+    subscription_id) of the last row seen."""
+    rows = await conn.fetch(Q.list_deliveries, status, before[0], before[1], before[2], limit)
+    return [EventDelivery(**dict(row)) for row in rows]
+
+
+async def redeliver_event(conn: Connection, event_id: UUID, now: datetime) -> int:
+    """Reset an event's deliveries to pending; how many."""
+    return len(await conn.fetch(Q.redeliver_event, event_id, now))
+
+
+async def purge_settled_events(conn: Connection, before: datetime, limit: int) -> int:
+    """One batch of events created before ``before`` whose deliveries are all over."""
+    return len(await conn.fetch(Q.purge_events, before, limit))
+
+
+async def count_settled_events(conn: Connection, before: datetime) -> int:
+    """How many events created before ``before`` have all their deliveries over."""
+    return int(await conn.fetchval(Q.count_purgeable_events, before))

@@ -1,0 +1,93 @@
+"""Event shapes: the event types, subscriptions, deliveries."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Annotated, Any, Literal
+from uuid import UUID
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+
+from app.common.validation import StoredHttpUrl
+
+EVENT_TYPES = (
+    "session.expiring",
+    "session.expired",
+    "session.archived",
+    "session.restored",
+    "memory.purged",
+)
+EventType = Literal[
+    "session.expiring", "session.expired", "session.archived", "session.restored", "memory.purged"
+]
+
+
+class SubscriptionCreate(BaseModel):
+    """Subscribe a URL to event types."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    url: StoredHttpUrl
+    event_types: list[EventType] = Field(min_length=1, max_length=len(EVENT_TYPES))
+    # Generated (and shown once) when not given.
+    secret: Annotated[str, StringConstraints(min_length=16, max_length=200)] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Subscription:
+    """A subscriber (never its secret)."""
+
+    subscription_id: UUID
+    url: str
+    event_types: list[str]
+    created_at: datetime
+    disabled_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class SubscriptionWithSecret:
+    """A new subscriber and the secret its signatures use, shown once."""
+
+    subscription: Subscription
+    secret: str
+
+
+@dataclass(frozen=True, slots=True)
+class EventDelivery:
+    """An event and the state of its delivery to one subscriber."""
+
+    event_id: UUID
+    event_type: str
+    payload: dict[str, Any]
+    created_at: datetime
+    subscription_id: UUID
+    status: str
+    attempts: int
+    last_error: str | None
+    delivered_at: datetime | None
+    next_attempt_at: datetime
+    # The trace of the request or job that wrote the event (None for older events).
+    trace_id: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class EventDeliveryPage:
+    """A page of deliveries, newest event first."""
+
+    items: list[EventDelivery]
+    next_cursor: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class DueDelivery:
+    """A delivery claimed for sending."""
+
+    event_id: UUID
+    subscription_id: UUID
+    attempts: int
+    event_type: str
+    payload: dict[str, Any]
+    created_at: datetime
+    url: str
+    secret: str

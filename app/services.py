@@ -1,0 +1,168 @@
+"""The object graph of one process, built in one place.
+
+Every entry point builds its services with ``build_services``: the API (``app/asgi.py``),
+the scheduler process (``app/jobs/process.py``, behind ``python -m scheduler`` and
+``switchboard scheduler``) and the CLI's chores (``app/cli.py``). What each one starts is
+its own business (the API starts presence, lease renewal, the breakers' listener and, when
+configured, the scheduler); how the services are made and who gets which is written once,
+here. Building is cheap and opens nothing: the database pool is the caller's, and the HTTP
+client opens connections only when a call is made (``aclose`` releases it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import secrets
+import socket
+
+from app.agents.service import AgentService
+from app.clock import Clock
+from app.coordination.breaker_admin import BreakerAdmin
+from app.coordination.breakers import BreakerRegistry
+from app.coordination.dispatch import AgentClient
+from app.coordination.rules import RulesService
+from app.coordination.service import CoordinationService
+from app.db.pool import Database
+from app.db.presence import ReplicaPresence
+from app.erasure.service import ErasureService
+from app.events.service import EventService
+from app.jobs.service import JobService
+from app.memories.retention import MemoryRetention
+from app.memories.service import MemoryService
+from app.outbound.policy import OutboundPolicy, Resolver
+from app.outbound.transport import outbound_client
+from app.sessions.lifecycle import SessionLifecycle
+from app.sessions.service import SessionService
+from app.settings import Settings
+from app.tracing import Tracing
+from app.users.service import UserService
+from app.webhooks.idempotency import IdempotencyService
+from app.webhooks.service import WebhookService
+
+
+def replica_name() -> str:
+    """A name for this process in claims and breaker records: host, pid and a random tag."""
+    return f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
+
+
+class Services:
+    """Every service of one process and what they share. Build it with ``build_services``."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        database: Database,
+        clock: Clock,
+        *,
+        admin_key: str | None,
+        replica: str,
+        resolver: Resolver | None,
+        tracing: Tracing | None,
+    ) -> None:
+        self.replica = replica
+        # The process's tracer: spans of requests, job runs, agent calls and (while
+        # exporting, between its start and shutdown) queries.
+        self.tracing = tracing or Tracing(settings.tracing)
+        self.outbound = OutboundPolicy(settings.outbound, resolver)
+        # One HTTP client for every agent call and event delivery: connection reuse, no
+        # per-call set-up, the outbound policy on every connection, a client span (and the
+        # traceparent it sends) per call. Deadlines are set per call (an agent's
+        # timeout_ms, the delivery timeout), not by httpx.
+        self.http = outbound_client(self.outbound, tracing=self.tracing)
+        self.agents = AgentService(
+            database,
+            clock,
+            admin_key,
+            outbound=self.outbound,
+            key_cache_seconds=settings.auth.key_cache_seconds,
+        )
+        self.users = UserService(database, clock)
+        self.sessions = SessionService(database, clock, settings.sessions)
+        self.session_lifecycle = SessionLifecycle(
+            database, clock, settings.sessions, settings.scheduler
+        )
+        self.memories = MemoryService(database, clock, settings.memories)
+        self.memory_retention = MemoryRetention(settings.scheduler)
+        self.erasure = ErasureService(database, clock, settings.database.erasure_timeout)
+        self.breakers = BreakerRegistry(
+            database,
+            clock,
+            sync_interval=settings.coordination.breaker_sync_seconds,
+            replica_id=replica,
+        )
+        self.breaker_admin = BreakerAdmin(self.agents, self.breakers)
+        self.rules = RulesService(database, clock, settings.coordination.rules_cache_seconds)
+        self.coordinator = CoordinationService(
+            database,
+            clock,
+            settings.coordination,
+            self.sessions,
+            self.memories,
+            self.rules,
+            self.breakers,
+            AgentClient(
+                self.http,
+                # An agent may answer as much as a client may send; its broken JSON is
+                # repaired up to the repair bound.
+                max_answer_bytes=settings.max_body_bytes,
+                repair_max_bytes=settings.coordination.repair_max_bytes,
+            ),
+        )
+        self.events = EventService(database, clock, settings.scheduler, self.http, self.outbound)
+        lease = settings.webhooks.idempotency_lease
+        # One connection per replica, outside the pool: its lock says this process is alive.
+        self.presence = ReplicaPresence(
+            database.url,
+            replica,
+            check_interval=lease.total_seconds() / 3,
+            connect_timeout=settings.database.acquire_timeout,
+        )
+        self.idempotency = IdempotencyService(
+            database, clock, settings.webhooks.idempotency_ttl, lease, self.presence
+        )
+        # The jobs call the sweeps of the services above (app/jobs/table.py), found on this
+        # object when a job runs.
+        self.jobs = JobService(database, clock, settings.scheduler, replica, self)
+        self.webhooks = WebhookService(
+            database,
+            clock,
+            settings.webhooks.continuation_window,
+            self.users,
+            self.sessions,
+            self.coordinator,
+            self.memories,
+            self.jobs,
+        )
+
+    async def aclose(self) -> None:
+        """Release what the services hold (the HTTP client's connections), and export the
+        spans still buffered (blocking up to the exporter's timeout: not on the loop)."""
+        await self.http.aclose()
+        await asyncio.to_thread(self.tracing.shutdown)
+
+
+def build_services(
+    settings: Settings,
+    database: Database,
+    clock: Clock,
+    *,
+    admin_key: str | None = None,
+    replica: str | None = None,
+    resolver: Resolver | None = None,
+    tracing: Tracing | None = None,
+) -> Services:
+    """Every service, wired. ``admin_key`` is the key that authenticates as the admin (None
+    in processes that answer no requests: nobody is the admin there); ``replica`` names
+    this process in claims (default: host, pid and a random tag); ``resolver`` turns host
+    names into addresses for the outbound policy (default: the system resolver);
+    ``tracing`` is built from ``settings.tracing`` unless given (tests collect spans)."""
+    return Services(
+        settings,
+        database,
+        clock,
+        admin_key=admin_key,
+        replica=replica or replica_name(),
+        resolver=resolver,
+        tracing=tracing,
+    )

@@ -1,0 +1,76 @@
+-- The event outbox: subscriptions, delivery with retries, listing and redelivery, and the
+-- events' retention (housekeeping). Events themselves are written by the statements that
+-- make the change they describe, in the same transaction (sessions.sql, memories.sql).
+
+-- name: claim_due_deliveries
+-- Take due deliveries (each exactly once across replicas) and mark them in flight.
+-- $1 now, $2 batch size, $3 in flight until.
+WITH due AS (
+    SELECT event_id, subscription_id FROM event_deliveries
+    WHERE status = 'pending' AND next_attempt_at <= $1
+    ORDER BY next_attempt_at
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE event_deliveries d
+SET next_attempt_at = $3, attempts = d.attempts + 1
+FROM due, outbox_events e, subscriptions s
+WHERE d.event_id = due.event_id AND d.subscription_id = due.subscription_id
+  AND e.event_id = d.event_id AND s.subscription_id = d.subscription_id
+RETURNING d.event_id, d.subscription_id, d.attempts, e.event_type, e.payload, e.created_at,
+          s.url, s.secret
+
+-- name: mark_delivered
+UPDATE event_deliveries
+SET status = 'delivered', delivered_at = $3, last_error = NULL
+WHERE event_id = $1 AND subscription_id = $2
+
+-- name: mark_delivery_failed
+-- $3 error, $4 next attempt at, $5 dead (no more attempts).
+UPDATE event_deliveries
+SET last_error = $3, next_attempt_at = $4,
+    status = CASE WHEN $5::boolean THEN 'dead' ELSE 'pending' END
+WHERE event_id = $1 AND subscription_id = $2
+
+-- name: insert_subscription
+INSERT INTO subscriptions (url, event_types, secret, created_at)
+VALUES ($1, $2, $3, $4)
+RETURNING subscription_id, url, event_types, created_at, disabled_at
+
+-- name: list_subscriptions
+SELECT subscription_id, url, event_types, created_at, disabled_at
+FROM subscriptions ORDER BY created_at
+
+-- name: delete_subscription
+DELETE FROM subscriptions WHERE subscription_id = $1 RETURNING subscription_id
+
+-- name: list_deliveries
+-- Events with their delivery state, newest first; $1 status filter (NULL: all). A row is
+-- one delivery (an event has one per subscriber), so the keyset that pages through them
+-- is (created_at, event_id, subscription_id): unique, and ordered the same way throughout.
+SELECT e.event_id, e.event_type, e.payload, e.created_at, d.subscription_id, d.status,
+       d.attempts, d.last_error, d.delivered_at, d.next_attempt_at, e.trace_id
+FROM outbox_events e
+JOIN event_deliveries d ON d.event_id = e.event_id
+WHERE ($1::text IS NULL OR d.status = $1)
+  AND (e.created_at, e.event_id, d.subscription_id) < ($2, $3, $4)
+ORDER BY e.created_at DESC, e.event_id DESC, d.subscription_id DESC
+LIMIT $5
+
+-- name: redeliver_event
+UPDATE event_deliveries
+SET status = 'pending', attempts = 0, next_attempt_at = $2, last_error = NULL
+WHERE event_id = $1
+RETURNING subscription_id
+
+-- name: purge_events
+-- Events older than their retention whose deliveries are all over (outbox_events_settled),
+-- with those deliveries (ON DELETE CASCADE). Picked by id: the set the function returns
+-- has no ctid. $1 created before, $2 batch size.
+DELETE FROM outbox_events
+WHERE event_id = ANY(ARRAY(
+        SELECT event_id FROM outbox_events_settled($1) ORDER BY created_at LIMIT $2))
+RETURNING event_id
+
+-- name: count_purgeable_events
+SELECT count(*) FROM outbox_events_settled($1)
