@@ -219,7 +219,7 @@ async def test_events_keep_the_trace_of_the_request_or_job_that_wrote_them(
         assert ran.status_code == 200, ran.text
         restored = await client.post(f"/v1/sessions/{doomed['session_id']}/restore")
         assert restored.status_code == 200, restored.text
-        # A scheduled run is a trace of its own (scheduler/runner.py runs it in a span).
+        # A scheduled run is a trace of its own (app/jobs/scheduler.py runs it in a span).
         database = Database(database_url, settings.database)
         await database.open()
         services = build_services(settings, database, frozen_clock, replica="replica-test")
