@@ -49,7 +49,7 @@ from app.outbound.policy import Resolver
 from app.services import build_services
 from app.sessions.controller import SessionController, UserSessionsController
 from app.settings import Settings
-from app.tracing import TracedRequests
+from app.tracing import TracedRequests, Tracing
 from app.users.controller import UserController
 from app.webhooks.controller import N8nWebhookController
 
@@ -100,18 +100,22 @@ def create_app(
     clock: Clock | None = None,
     run_scheduler: bool | None = None,
     resolver: Resolver | None = None,
+    tracing: Tracing | None = None,
 ) -> Litestar:
     """Build the application. Resolving the URL and admin key is the caller's job.
 
     The maintenance scheduler runs in-process when ``run_scheduler`` (default: the
     ``SWITCHBOARD_SCHEDULER_ENABLED`` setting) is true. ``resolver`` turns host names into
-    addresses for the outbound policy (default: the system resolver)."""
+    addresses for the outbound policy (default: the system resolver). ``tracing`` is
+    built from ``settings.tracing`` unless given (tests pass one that collects spans)."""
     clock = clock or SystemClock()
     database = Database(database_url, settings.database)
-    services = build_services(settings, database, clock, admin_key=admin_key, resolver=resolver)
+    services = build_services(
+        settings, database, clock, admin_key=admin_key, resolver=resolver, tracing=tracing
+    )
     metrics = Metrics(database, services.breakers)
     scheduler = (
-        Scheduler(services.jobs, services.events)
+        Scheduler(services.jobs, services.events, services.tracing)
         if (settings.scheduler.enabled if run_scheduler is None else run_scheduler)
         else None
     )
@@ -123,6 +127,7 @@ def create_app(
             # Each part is stopped (in reverse order) once it has started, also when a
             # later one fails to start: no background task outlives a failed start-up.
             async with contextlib.AsyncExitStack() as started:
+                services.tracing.start()
                 started.push_async_callback(services.aclose)
                 await services.presence.start()
                 started.push_async_callback(services.presence.stop)
@@ -217,6 +222,7 @@ def create_app(
     # Every request is traced, counted and logged, the unmatched ones included.
     traced = TracedRequests(
         app.asgi_handler,
+        tracing=services.tracing,
         observer=metrics if settings.server.metrics_enabled else None,
         access_log=settings.logging.access,
     )

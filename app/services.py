@@ -11,6 +11,7 @@ client opens connections only when a call is made (``aclose`` releases it).
 
 from __future__ import annotations
 
+import asyncio
 import os
 import secrets
 import socket
@@ -34,6 +35,7 @@ from app.outbound.transport import outbound_client
 from app.sessions.lifecycle import SessionLifecycle
 from app.sessions.service import SessionService
 from app.settings import Settings
+from app.tracing import Tracing
 from app.users.service import UserService
 from app.webhooks.idempotency import IdempotencyService
 from app.webhooks.service import WebhookService
@@ -56,13 +58,18 @@ class Services:
         admin_key: str | None,
         replica: str,
         resolver: Resolver | None,
+        tracing: Tracing | None,
     ) -> None:
         self.replica = replica
+        # The process's tracer: spans of requests, job runs, agent calls and (while
+        # exporting, between its start and shutdown) queries.
+        self.tracing = tracing or Tracing(settings.tracing)
         self.outbound = OutboundPolicy(settings.outbound, resolver)
         # One HTTP client for every agent call and event delivery: connection reuse, no
-        # per-call set-up, the outbound policy on every connection. Deadlines are set per
-        # call (an agent's timeout_ms, the delivery timeout), not by httpx.
-        self.http = outbound_client(self.outbound)
+        # per-call set-up, the outbound policy on every connection, a client span (and the
+        # traceparent it sends) per call. Deadlines are set per call (an agent's
+        # timeout_ms, the delivery timeout), not by httpx.
+        self.http = outbound_client(self.outbound, tracing=self.tracing)
         self.agents = AgentService(
             database,
             clock,
@@ -94,7 +101,13 @@ class Services:
             self.memories,
             self.rules,
             self.breakers,
-            AgentClient(self.http),
+            AgentClient(
+                self.http,
+                # An agent may answer as much as a client may send; its broken JSON is
+                # repaired up to the repair bound.
+                max_answer_bytes=settings.max_body_bytes,
+                repair_max_bytes=settings.coordination.repair_max_bytes,
+            ),
         )
         self.events = EventService(database, clock, settings.scheduler, self.http, self.outbound)
         lease = settings.webhooks.idempotency_lease
@@ -123,8 +136,10 @@ class Services:
         )
 
     async def aclose(self) -> None:
-        """Release what the services hold (the HTTP client's connections)."""
+        """Release what the services hold (the HTTP client's connections), and export the
+        spans still buffered (blocking up to the exporter's timeout: not on the loop)."""
         await self.http.aclose()
+        await asyncio.to_thread(self.tracing.shutdown)
 
 
 def build_services(
@@ -135,11 +150,13 @@ def build_services(
     admin_key: str | None = None,
     replica: str | None = None,
     resolver: Resolver | None = None,
+    tracing: Tracing | None = None,
 ) -> Services:
     """Every service, wired. ``admin_key`` is the key that authenticates as the admin (None
     in processes that answer no requests: nobody is the admin there); ``replica`` names
     this process in claims (default: host, pid and a random tag); ``resolver`` turns host
-    names into addresses for the outbound policy (default: the system resolver)."""
+    names into addresses for the outbound policy (default: the system resolver);
+    ``tracing`` is built from ``settings.tracing`` unless given (tests collect spans)."""
     return Services(
         settings,
         database,
@@ -147,4 +164,5 @@ def build_services(
         admin_key=admin_key,
         replica=replica or replica_name(),
         resolver=resolver,
+        tracing=tracing,
     )

@@ -7,6 +7,7 @@ environment at import time.
 from __future__ import annotations
 
 from datetime import timedelta
+from importlib.util import find_spec
 from ipaddress import IPv4Network, IPv6Network
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -88,6 +89,69 @@ class LoggingSettings(BaseSettings):
     @classmethod
     def _format_in_any_case(cls, value: Any) -> Any:
         return value.strip().lower() if isinstance(value, str) else value
+
+
+TraceExporter = Literal["none", "otlp", "console"]
+TraceSampler = Literal[
+    "always_on",
+    "always_off",
+    "traceidratio",
+    "parentbased_always_on",
+    "parentbased_always_off",
+    "parentbased_traceidratio",
+]
+
+
+class TracingSettings(BaseSettings):
+    """Spans and their export (app/tracing.py), read from OpenTelemetry's own variables
+    (``OTEL_*``, as every OpenTelemetry SDK reads them), so a deployment configures
+    Switchboard like its other services. Trace ids are kept whatever is set here; only
+    exporting is off by default. The OTLP exporter itself reads the standard
+    ``OTEL_EXPORTER_OTLP_*`` endpoint, headers, timeout and compression variables."""
+
+    model_config = SettingsConfigDict(env_prefix="OTEL_", extra="ignore", env_ignore_empty=True)
+
+    # Where finished spans go: none (the default: spans are made and dropped), otlp
+    # (OTLP over HTTP/protobuf, the switchboard[otlp] extra), console (stdout, for a
+    # person); comma-separated for several.
+    traces_exporter: Annotated[list[TraceExporter], NoDecode] = Field(
+        default_factory=lambda: list[TraceExporter](["none"]), min_length=1
+    )
+    service_name: str = Field(default="switchboard", min_length=1)
+    # Which traces are recorded; with parentbased_*, a caller's sampled flag decides.
+    traces_sampler: TraceSampler = "parentbased_always_on"
+    # The ratio of the *traceidratio samplers.
+    traces_sampler_arg: float = Field(default=1.0, ge=0, le=1)
+    # Only OTLP over HTTP with protobuf is installed; gRPC and JSON are refused by name.
+    exporter_otlp_protocol: Literal["http/protobuf"] = "http/protobuf"
+    exporter_otlp_traces_protocol: Literal["http/protobuf"] = "http/protobuf"
+
+    @field_validator("traces_exporter", mode="before")
+    @classmethod
+    def _exporter_list(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return [part.strip().lower() for part in value.split(",") if part.strip()]
+        return value
+
+    @field_validator("traces_sampler", mode="before")
+    @classmethod
+    def _sampler_in_any_case(cls, value: Any) -> Any:
+        return value.strip().lower() if isinstance(value, str) else value
+
+    @field_validator("traces_exporter")
+    @classmethod
+    def _otlp_installed(cls, value: list[str]) -> list[str]:
+        if "otlp" in value and find_spec("opentelemetry.exporter.otlp.proto.http") is None:
+            raise ValueError(
+                "otlp needs the OTLP exporter, which is not installed: "
+                "pip install 'switchboard[otlp]'"
+            )
+        return value
+
+    @property
+    def exporting(self) -> bool:
+        """Whether finished spans go anywhere."""
+        return any(name != "none" for name in self.traces_exporter)
 
 
 class DatabaseSettings(BaseSettings):
@@ -178,6 +242,12 @@ class CoordinationSettings(BaseSettings):
     # after this long (longer than an agent call may take: timeout_ms is at most 5 min,
     # and a direct routing makes two calls).
     pending_claim_timeout: timedelta = timedelta(minutes=15)
+    # An agent answer that is not valid JSON (cut off, a trailing comma, single quotes, a
+    # markdown fence around it) is repaired with json-repair when it is at most this long;
+    # a longer one is a malformed answer at once. Repair is pure Python and grows faster
+    # than linearly on hostile input (about 0.2 s for 64 KiB at worst, measured, against
+    # 1.5 s for 256 KiB), so the bound is the worst time an answer can cost. 0: never.
+    repair_max_bytes: NonNegativeInt = 64 * 1024
 
 
 class SchedulerSettings(BaseSettings):
@@ -321,6 +391,7 @@ class Settings(BaseSettings):
     data_dir: Path = PROJECT_ROOT / ".switchboard"
     server: ServerSettings = Field(default_factory=ServerSettings)
     logging: LoggingSettings = Field(default_factory=LoggingSettings)
+    tracing: TracingSettings = Field(default_factory=TracingSettings)
     database: DatabaseSettings = Field(default_factory=DatabaseSettings)
     auth: AuthSettings = Field(default_factory=AuthSettings)
     sessions: SessionSettings = Field(default_factory=SessionSettings)
@@ -348,6 +419,7 @@ _GROUPS: tuple[type[BaseSettings], ...] = (
     Settings,
     ServerSettings,
     LoggingSettings,
+    TracingSettings,
     DatabaseSettings,
     AuthSettings,
     SessionSettings,

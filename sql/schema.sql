@@ -414,7 +414,10 @@ CREATE TABLE coordination_decisions (
     response jsonb NOT NULL,
     execution_time_ms integer NOT NULL,
     created_by text NOT NULL,
-    created_at timestamptz NOT NULL DEFAULT now()
+    created_at timestamptz NOT NULL DEFAULT now(),
+    -- The trace of the request or task that made the decision (revision 0016): the id its
+    -- answer named in X-Trace-Id and its log lines carry.
+    trace_id text
 );
 
 CREATE INDEX coordination_decisions_session_idx
@@ -472,12 +475,28 @@ CREATE TABLE subscriptions (
     disabled_at timestamptz
 );
 
+-- The W3C traceparent of the request or job whose transaction this is (revision 0016):
+-- app/db/pool.py sets it with set_config(..., true) for a transaction opened with
+-- trace=True. NULL outside one, and for anything that is not a version-00 traceparent.
+CREATE FUNCTION current_traceparent() RETURNS text
+    LANGUAGE sql STABLE PARALLEL SAFE
+AS $$
+    SELECT t FROM (SELECT current_setting('switchboard.traceparent', true) AS t) AS setting
+    WHERE t ~ '^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$'
+$$;
+
 -- Events written in the same transaction as the change they describe (transactional outbox).
 CREATE TABLE outbox_events (
     event_id uuid PRIMARY KEY DEFAULT uuid_generate_v7(),
     event_type text NOT NULL,
     payload jsonb NOT NULL,
-    created_at timestamptz NOT NULL DEFAULT now()
+    created_at timestamptz NOT NULL DEFAULT now(),
+    -- The trace that wrote the event (revision 0016): whole, so that work done from the
+    -- event later can continue it (app/tracing.py, Tracing.continue_trace), and its id.
+    -- The statements that write events name neither: the transaction's traceparent is
+    -- the default.
+    traceparent text DEFAULT current_traceparent(),
+    trace_id text GENERATED ALWAYS AS (substr(traceparent, 4, 32)) STORED
 );
 
 CREATE INDEX outbox_events_type_created_idx ON outbox_events (event_type, created_at DESC);

@@ -1,6 +1,7 @@
 """Calling an agent: the seed's request format over HTTP, through the agent's circuit
 breaker, with retries (exponential backoff and jitter) outside the breaker, all within the
-agent's timeout_ms. Any failure ends in a result the caller turns into a fallback."""
+agent's timeout_ms. An answer that is not quite JSON is repaired (app/coordination/answers.py).
+Any failure ends in a result the caller turns into a fallback."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from pydantic import ValidationError
 
 from app.agents.schemas import Agent
 from app.common.jsonbody import decode_json
+from app.coordination.answers import RepairKind, repair_answer
 from app.coordination.breaker import AsyncCircuitBreaker, BreakerOpen
 from app.coordination.intents import DetectedIntent
 from app.coordination.schemas import (
@@ -26,10 +28,14 @@ from app.coordination.schemas import (
     ClassifierContext,
     ClassifierInput,
 )
-from app.errors import BadRequest, ValidationFailed
+from app.errors import MalformedJson, TooDeeplyNested, ValidationFailed
 from app.outbound.policy import OutboundRefused
 from app.sessions.schemas import Session
-from app.tracing import outbound_headers
+
+# What an agent may answer when the caller names no bound: the default request body limit
+# (1 MiB of memory content and 64 KiB around it), the most a client may send the other way.
+DEFAULT_MAX_ANSWER_BYTES = 1024 * 1024 + 64 * 1024
+DEFAULT_REPAIR_MAX_BYTES = 64 * 1024
 
 
 class AgentCallFailed(Exception):
@@ -42,6 +48,14 @@ class AgentCallFailed(Exception):
 
 
 @dataclass(frozen=True, slots=True)
+class Answer:
+    """An agent's valid answer, and what was wrong with its JSON if it had to be repaired."""
+
+    response: AgentResponse
+    repaired: RepairKind | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class CallResult:
     """How a call ended: a valid response, or the reason there is none."""
 
@@ -49,6 +63,9 @@ class CallResult:
     attempts: int
     error: str | None
     elapsed_ms: int
+    # The answer was not valid JSON and was repaired: cut off ("truncated") or broken
+    # before its end ("malformed").
+    repaired: RepairKind | None = None
 
     @property
     def ok(self) -> bool:
@@ -73,11 +90,22 @@ class AgentClient:
 
     ``http`` is the outbound client (``app.outbound.transport.outbound_client``): it
     refuses a URL or address the outbound policy refuses, which is a failed attempt like
-    any other (the breaker counts it, the fallback answers) that no retry would change."""
+    any other (the breaker counts it, the fallback answers) that no retry would change.
+    An answer longer than ``max_answer_bytes`` is not read past that (a failed attempt);
+    one that is not JSON is repaired when it is at most ``repair_max_bytes`` long."""
 
-    def __init__(self, http: httpx.AsyncClient, retry: RetryPolicy | None = None) -> None:
+    def __init__(
+        self,
+        http: httpx.AsyncClient,
+        retry: RetryPolicy | None = None,
+        *,
+        max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES,
+        repair_max_bytes: int = DEFAULT_REPAIR_MAX_BYTES,
+    ) -> None:
         self._http = http
         self._retry = retry or RetryPolicy()
+        self._max_answer_bytes = max_answer_bytes
+        self._repair_max_bytes = repair_max_bytes
 
     async def call(
         self, agent: Agent, breaker: AsyncCircuitBreaker, request: AgentRequest
@@ -96,10 +124,12 @@ class AgentClient:
                 break
             try:
                 attempts += 1
-                response = await breaker.call(
+                answer = await breaker.call(
                     lambda: self._post(agent.url or "", request), timeout=remaining
                 )
-                return CallResult(response, attempts, None, _ms_since(started))
+                return CallResult(
+                    answer.response, attempts, None, _ms_since(started), answer.repaired
+                )
             except BreakerOpen:
                 attempts -= 1  # refused before anything was sent
                 error = "circuit open"
@@ -119,34 +149,36 @@ class AgentClient:
             await asyncio.sleep(pause)
         return CallResult(None, attempts, error, _ms_since(started))
 
-    async def _post(self, url: str, request: AgentRequest) -> AgentResponse:
+    async def _post(self, url: str, request: AgentRequest) -> Answer:
         try:
-            reply = await self._http.post(
+            # The trace context (traceparent) is set by the client's instrumentation.
+            async with self._http.stream(
+                "POST",
                 url,
                 content=orjson.dumps(request),
-                headers=outbound_headers(
-                    {"content-type": "application/json", "accept": "application/json"}
-                ),
-            )
+                headers={"content-type": "application/json", "accept": "application/json"},
+            ) as reply:
+                status = reply.status_code
+                try:
+                    body = await self._read(reply)
+                except AgentCallFailed:
+                    if status < 400:
+                        raise
+                    # An error's body is not used, its status decides; it is read when it
+                    # fits so that the connection can serve the next attempt.
+                    body = b""
         except OutboundRefused as refused:
             raise AgentCallFailed(str(refused), retryable=False) from refused
         except httpx.HTTPError as exc:
             raise AgentCallFailed(f"transport error: {type(exc).__name__}", retryable=True) from exc
-        if reply.status_code >= 500 or reply.status_code == 429:
-            raise AgentCallFailed(f"agent answered HTTP {reply.status_code}", retryable=True)
-        if reply.status_code >= 400:
-            raise AgentCallFailed(f"agent answered HTTP {reply.status_code}", retryable=False)
+        if status >= 500 or status == 429:
+            raise AgentCallFailed(f"agent answered HTTP {status}", retryable=True)
+        if status >= 400:
+            raise AgentCallFailed(f"agent answered HTTP {status}", retryable=False)
+        value, repaired = await self._decode(body)
         try:
-            # The same rule as for a client's body: an answer holding what the service
-            # cannot store (a NUL, an integer past 64 bits) is no answer, not a 422 for
-            # the client whose message it was.
-            response = AgentResponse.model_validate(decode_json(reply.content))
-        except ValidationFailed as exc:
-            fields = ", ".join(e["field"] for e in exc.extensions.get("errors", []))
-            raise AgentCallFailed(
-                f"agent answered values that cannot be stored ({fields})", retryable=False
-            ) from None
-        except (BadRequest, ValidationError):
+            response = AgentResponse.model_validate(value)
+        except ValidationError:
             raise AgentCallFailed("agent answered malformed JSON", retryable=False) from None
         if not response.success:
             details = response.error_details
@@ -155,7 +187,45 @@ class AgentClient:
                 f"agent reported failure: {reason or 'no details'}",
                 retryable=bool(details and details.retryable),
             )
-        return response
+        return Answer(response, repaired)
+
+    async def _read(self, reply: httpx.Response) -> bytes:
+        """The answer's body, refused once it is longer than the limit (a client may send
+        no more the other way): an agent cannot make a replica hold gigabytes."""
+        limit = self._max_answer_bytes
+        declared = reply.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > limit:
+            raise AgentCallFailed(f"agent answered more than {limit} bytes", retryable=False)
+        chunks: list[bytes] = []
+        size = 0
+        async for chunk in reply.aiter_bytes():
+            size += len(chunk)
+            if size > limit:
+                raise AgentCallFailed(f"agent answered more than {limit} bytes", retryable=False)
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    async def _decode(self, body: bytes) -> tuple[object, RepairKind | None]:
+        """The answer as JSON: strictly, else repaired; what was repaired, if anything."""
+        try:
+            # The same rule as for a client's body: an answer holding what the service
+            # cannot store (a NUL, an integer past 64 bits) is no answer, not a 422 for
+            # the client whose message it was.
+            return decode_json(body), None
+        except ValidationFailed as exc:
+            fields = ", ".join(e["field"] for e in exc.extensions.get("errors", []))
+            raise AgentCallFailed(
+                f"agent answered values that cannot be stored ({fields})", retryable=False
+            ) from None
+        except TooDeeplyNested:
+            raise AgentCallFailed("agent answered malformed JSON", retryable=False) from None
+        except MalformedJson:
+            pass
+        # Off the event loop: other requests go on while a long answer is repaired.
+        repaired = await asyncio.to_thread(repair_answer, body, self._repair_max_bytes)
+        if repaired is None:
+            raise AgentCallFailed("agent answered malformed JSON", retryable=False)
+        return repaired.value, repaired.kind
 
 
 def agent_request(

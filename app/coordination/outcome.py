@@ -10,6 +10,7 @@ from uuid import UUID
 
 from app.agents.schemas import Agent
 from app.common.jsontypes import JsonValue
+from app.coordination.answers import RepairKind
 from app.coordination.dispatch import CallResult
 from app.coordination.fallbacks import FallbackResult
 from app.coordination.intents import DetectedIntent, IntentRules, Prioritization
@@ -138,6 +139,11 @@ class TurnOutcome:
         return last.fallback.data if last and last.fallback else None
 
     @property
+    def repaired_from(self) -> RepairKind | None:
+        """What was wrong with the JSON of the answer the user got, if it was repaired."""
+        return self.steps[-1].call.repaired if self.response is not None else None
+
+    @property
     def suggestions(self) -> list[str]:
         """The agents the last answer suggests next."""
         return self.response.next_agent_suggestions if self.response else []
@@ -155,9 +161,14 @@ class TurnOutcome:
         return "agent" if self.fallback is None else "fallback"
 
     def decision(
-        self, session_id: UUID, message: str, created_by: str, execution_time_ms: int
+        self,
+        session_id: UUID,
+        message: str,
+        created_by: str,
+        execution_time_ms: int,
+        trace_id: str | None = None,
     ) -> DecisionRecord:
-        """The decision record of this turn."""
+        """The decision record of this turn (``trace_id``: the trace it was made in)."""
         first = self.steps[0] if self.steps else None
         fallback, handed_to, primary = self.fallback, self.handed_to, self.prio.primary
         return DecisionRecord(
@@ -180,9 +191,12 @@ class TurnOutcome:
                 output_data=self.output_data,
                 next_agent_suggestions=self.suggestions,
                 routed_to=handed_to.routed_to() if handed_to else None,
+                repaired=self.repaired_from is not None,
+                repaired_from=self.repaired_from,
             ),
             execution_time_ms=execution_time_ms,
             created_by=created_by,
+            trace_id=trace_id,
         )
 
     def turn(self, pending: PendingAction | None, known_agents: set[str]) -> Turn:
@@ -241,6 +255,7 @@ class TurnOutcome:
                 rejected=[rejected for step in self.steps for rejected in step.memories.rejected],
             ),
             execution_time_ms=execution_time_ms,
+            repaired=self.repaired_from is not None,
         )
 
 

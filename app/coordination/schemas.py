@@ -13,6 +13,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstra
 
 from app.common.jsontypes import JsonObject, JsonValue
 from app.common.validation import MAX_JSON_DEPTH, reject_deep_json
+from app.coordination.answers import RepairKind
 from app.coordination.breaker import BreakerState
 from app.coordination.intents import SERVER_MODIFIERS, IntentRules
 
@@ -264,6 +265,8 @@ class MessageResult:
     next_agent_suggestions: list[str]
     memory_updates: MemoryUpdateOutcome
     execution_time_ms: int
+    # The answer's JSON was broken and repaired (the decision says how).
+    repaired: bool = False
 
 
 class RoutedTo(msgspec.Struct, frozen=True):
@@ -286,6 +289,10 @@ class DecisionResponse(msgspec.Struct, frozen=True):
     next_agent_suggestions: list[str]
     # Decisions recorded before direct routing passed messages on have none.
     routed_to: RoutedTo | None = None
+    # The answering agent's JSON was broken and repaired (app/coordination/answers.py):
+    # cut off ("truncated") or broken before its end ("malformed").
+    repaired: bool = False
+    repaired_from: RepairKind | None = None
 
 
 class DecisionRecord(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -316,6 +323,8 @@ class DecisionRecord(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=Tr
     execution_time_ms: int
     created_by: str
     created_at: datetime | None = None
+    # The trace of the request (or task) that made the decision: X-Trace-Id, log lines.
+    trace_id: str | None = None
 
 
 class Decision(DecisionRecord, frozen=True, kw_only=True, omit_defaults=False):

@@ -73,6 +73,7 @@ from app.sessions.schemas import PendingAction, Session, SessionContent
 from app.sessions.service import SessionService, require_open
 from app.sessions.state import content_of, evolve
 from app.settings import CoordinationSettings
+from app.tracing import current_trace_id
 
 # Where fallbacks look for what the user told us about their finances, and how much of it.
 PROFILE_CATEGORY = "user_profile"
@@ -218,7 +219,9 @@ class CoordinationService:
         if found is not None:
             msg = _Message(session, text, flags, principal, rules, loaded.fallbacks, agents)
             outcome = replace(outcome, steps=await self._run(found, prio, msg))
-        decision = outcome.decision(session.session_id, text, principal.name, _ms_since(started))
+        decision = outcome.decision(
+            session.session_id, text, principal.name, _ms_since(started), current_trace_id()
+        )
         turn = outcome.turn(pending, {a.name for a in agents})
 
         def mutate(current: Session, now: datetime) -> tuple[SessionContent, str]:

@@ -67,6 +67,8 @@ class EventDelivery:
     last_error: str | None
     delivered_at: datetime | None
     next_attempt_at: datetime
+    # The trace of the request or job that wrote the event (None for older events).
+    trace_id: str | None
 
 
 @dataclass(frozen=True, slots=True)

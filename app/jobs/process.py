@@ -21,12 +21,13 @@ async def run_scheduler(settings: Settings) -> None:
     database = Database(runtime.database_url(settings), settings.database)
     await database.open()
     services = build_services(settings, database, SystemClock())
-    scheduler = Scheduler(services.jobs, services.events)
+    scheduler = Scheduler(services.jobs, services.events, services.tracing)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(sig, stop.set)
+    services.tracing.start()
     scheduler.start()
     try:
         await stop.wait()

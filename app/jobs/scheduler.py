@@ -11,7 +11,7 @@ from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from app.events.service import EventService
 from app.jobs.service import JobService
 from app.jobs.table import JOBS
-from app.tracing import traced
+from app.tracing import Tracing
 
 logger = logging.getLogger("switchboard.scheduler")
 
@@ -19,9 +19,10 @@ logger = logging.getLogger("switchboard.scheduler")
 class Scheduler:
     """Triggers jobs on their intervals and delivers events; calls services only."""
 
-    def __init__(self, jobs: JobService, events: EventService) -> None:
+    def __init__(self, jobs: JobService, events: EventService, tracing: Tracing) -> None:
         self._jobs = jobs
         self._events = events
+        self._tracing = tracing
         self._scheduler = AsyncIOScheduler(timezone="UTC")
 
     def start(self) -> None:
@@ -56,7 +57,7 @@ class Scheduler:
 
     async def _run(self, name: str) -> None:
         # Each run is a trace of its own: its log lines and the calls it makes share an id.
-        with traced():
+        with self._tracing.span(f"job {name}"):
             try:
                 outcome = await self._jobs.run_scheduled(name)
             except Exception:
@@ -83,7 +84,7 @@ class Scheduler:
             )
 
     async def _deliver(self) -> None:
-        with traced():
+        with self._tracing.span("job event_delivery"):
             try:
                 await self._events.deliver_due()
             except Exception:

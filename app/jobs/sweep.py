@@ -52,7 +52,8 @@ class Sweep:
                 self.details[name] = await count(conn)
             return
         while True:
-            async with self._db.transaction() as conn:
+            # trace: the events a batch writes carry the run's trace (their column default).
+            async with self._db.transaction(trace=True) as conn:
                 taken = await batch(conn, self._batch_size)
                 self.details[name] += taken
                 await self._progress(conn, taken, self.details)

@@ -17,12 +17,15 @@ from __future__ import annotations
 import asyncio
 import ssl
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpcore
 import httpx
 
 from app.outbound.policy import OutboundPolicy, OutboundRefused
+
+if TYPE_CHECKING:
+    from app.tracing import Tracing
 
 # httpx's own defaults.
 _LIMITS = httpx.Limits(max_connections=100, max_keepalive_connections=20, keepalive_expiry=5.0)
@@ -128,15 +131,23 @@ class OutboundTransport(httpx.AsyncHTTPTransport):
 
 
 def outbound_client(
-    policy: OutboundPolicy, network_backend: httpcore.AsyncNetworkBackend | None = None
+    policy: OutboundPolicy,
+    network_backend: httpcore.AsyncNetworkBackend | None = None,
+    *,
+    tracing: Tracing | None = None,
 ) -> httpx.AsyncClient:
     """The one HTTP client for agent calls and event delivery.
 
     No proxies from the environment (a proxy would make the connection instead, to an
     address nobody checked) and no redirects (a 3xx could point anywhere; it is an answer,
-    not a hop). Deadlines are set per call by the callers."""
+    not a hop). Deadlines are set per call by the callers. With ``tracing``, each call is
+    a client span whose ``traceparent`` the request carries (a refused one too: the span
+    records the refusal, and nothing is sent)."""
+    transport: httpx.AsyncBaseTransport = OutboundTransport(policy, network_backend=network_backend)
+    if tracing is not None:
+        transport = tracing.instrument(transport)
     return httpx.AsyncClient(
-        transport=OutboundTransport(policy, network_backend=network_backend),
+        transport=transport,
         timeout=None,  # noqa: S113 - each caller sets its deadline
         follow_redirects=False,
         trust_env=False,

@@ -107,7 +107,8 @@ class SessionLifecycle:
     async def restore(self, session_id: UUID) -> Session:
         """Bring an expired or archived session back, with its history, within the window."""
         now = self._clock.now()
-        async with self._db.transaction() as conn:
+        # trace: session.restored carries the request's trace (the column's default).
+        async with self._db.transaction(trace=True) as conn:
             archived = await repo.lock_restorable_session(conn, session_id, now)
             if archived is None:
                 if await repo.session_exists(conn, session_id):

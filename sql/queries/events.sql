@@ -49,7 +49,7 @@ DELETE FROM subscriptions WHERE subscription_id = $1 RETURNING subscription_id
 -- one delivery (an event has one per subscriber), so the keyset that pages through them
 -- is (created_at, event_id, subscription_id): unique, and ordered the same way throughout.
 SELECT e.event_id, e.event_type, e.payload, e.created_at, d.subscription_id, d.status,
-       d.attempts, d.last_error, d.delivered_at, d.next_attempt_at
+       d.attempts, d.last_error, d.delivered_at, d.next_attempt_at, e.trace_id
 FROM outbox_events e
 JOIN event_deliveries d ON d.event_id = e.event_id
 WHERE ($1::text IS NULL OR d.status = $1)

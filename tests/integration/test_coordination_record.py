@@ -23,6 +23,7 @@ from tests.integration.helpers import create_session
 PINS = Path(__file__).parent / "pins"
 UUID_RE = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 TIME_RE = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:\d\d)$")
+TRACE_ID_RE = re.compile(r"^[0-9a-f]{32}$")
 # The order of a decision's fields as the API lists them.
 DECISION_FIELDS = [
     "decision_id",
@@ -45,6 +46,7 @@ DECISION_FIELDS = [
     "execution_time_ms",
     "created_by",
     "created_at",
+    "trace_id",
 ]
 
 
@@ -87,6 +89,8 @@ def stable(value: Any, *volatile: str) -> Any:
         return "<uuid>"
     if isinstance(value, str) and TIME_RE.match(value):
         return "<time>"
+    if isinstance(value, str) and TRACE_ID_RE.match(value):
+        return "<trace-id>"
     return value
 
 
@@ -272,4 +276,7 @@ async def test_a_decision_recorded_before_direct_routing_still_lists(
         "output_data": None,
         "next_agent_suggestions": [],
         "routed_to": None,
+        "repaired": False,
+        "repaired_from": None,
     }
+    assert decision["trace_id"] is None  # recorded before decisions kept their trace

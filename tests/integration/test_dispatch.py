@@ -83,6 +83,7 @@ async def test_no_backoff_after_the_last_attempt(
     assert not result.ok
     assert result.attempts == retry_attempts + 1
     assert len(failing_agent.requests) == retry_attempts + 1
+    assert failing_agent.connections == 1  # an error's body is read: the connection is reused
     # One pause between two attempts, none after the last: the caller gets its fallback
     # as soon as the final attempt has failed.
     assert policy.asked == list(range(retry_attempts))

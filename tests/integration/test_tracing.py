@@ -8,6 +8,7 @@ import io
 import json
 import logging
 from collections.abc import AsyncIterator, Iterator
+from datetime import timedelta
 from typing import Any
 
 import httpx
@@ -15,10 +16,13 @@ import pytest
 from litestar import Litestar, get
 
 from app.asgi import create_app
+from app.clock import FrozenClock
+from app.db.pool import Database
 from app.errors import EXCEPTION_HANDLERS
 from app.logs import log_handler
-from app.settings import LoggingSettings, Settings
-from app.tracing import TracedRequests
+from app.services import build_services
+from app.settings import LoggingSettings, Settings, TracingSettings
+from app.tracing import TracedRequests, Tracing
 from tests import dbutil
 from tests.agent_server import AgentServer
 from tests.conftest import ADMIN_KEY, app_client, lifespan_of
@@ -144,7 +148,9 @@ async def test_every_line_written_while_handling_a_request_has_its_trace_id(
         raise RuntimeError("a bug")
 
     inner = Litestar([boom], exception_handlers=EXCEPTION_HANDLERS, logging_config=None)
-    inner.asgi_handler = TracedRequests(inner.asgi_handler, observer=None, access_log=True)
+    inner.asgi_handler = TracedRequests(
+        inner.asgi_handler, tracing=Tracing(TracingSettings()), observer=None, access_log=True
+    )
     async with httpx.AsyncClient(
         transport=httpx.ASGITransport(app=inner), base_url="http://test"
     ) as client:
@@ -160,3 +166,73 @@ async def test_every_line_written_while_handling_a_request_has_its_trace_id(
     assert {line["trace_id"] for line in lines} == {PARENT_TRACE}
     assert "RuntimeError: a bug" in lines[1]["exception"]
     assert lines[2]["status"] == 500
+
+
+async def test_a_decision_keeps_the_trace_of_the_request_that_made_it(
+    client: httpx.AsyncClient, agent: AgentServer
+) -> None:
+    patched = await client.patch("/v1/agents/Make_Plan_Agent", json={"url": agent.url})
+    assert patched.status_code == 200, patched.text
+    session = await create_session(client)
+    sid = session["session_id"]
+    continued = await client.post(
+        f"/v1/sessions/{sid}/messages",
+        json={"text": "Please make a plan for my savings"},
+        headers={"traceparent": PARENT},
+    )
+    started = await client.post(
+        f"/v1/sessions/{sid}/messages", json={"text": "what is compound interest"}
+    )
+    assert continued.status_code == started.status_code == 200
+    decisions = (await client.get(f"/v1/sessions/{sid}/decisions")).json()["items"]
+    assert [d["trace_id"] for d in decisions] == [started.headers["x-trace-id"], PARENT_TRACE]
+
+
+async def test_events_keep_the_trace_of_the_request_or_job_that_wrote_them(
+    settings: Settings, database_url: str, frozen_clock: FrozenClock
+) -> None:
+    """The events' statements name no trace: the transaction's traceparent is the column's
+    default (sql/schema.sql, current_traceparent)."""
+    tracing = Tracing(settings.tracing)
+    app = create_app(
+        settings,
+        database_url=database_url,
+        admin_key=ADMIN_KEY,
+        clock=frozen_clock,
+        run_scheduler=False,
+        tracing=tracing,
+    )
+    async with lifespan_of(app), app_client(app, {"X-API-Key": ADMIN_KEY}) as client:
+        subscribed = await client.post(
+            "/v1/subscriptions",
+            json={
+                "url": "http://127.0.0.1:9/hook",
+                "event_types": ["session.expired", "session.restored", "session.expiring"],
+            },
+        )
+        assert subscribed.status_code == 201, subscribed.text
+        doomed = await create_session(client, ttl_seconds=3600)
+        await create_session(client, ttl_seconds=3600 + 600)  # warned of, 10 min before
+        frozen_clock.advance(timedelta(hours=1, minutes=1))
+        # A run asked for over HTTP is part of that request's trace.
+        ran = await client.post("/v1/jobs/expiry_cleanup/run", headers={"traceparent": PARENT})
+        assert ran.status_code == 200, ran.text
+        restored = await client.post(f"/v1/sessions/{doomed['session_id']}/restore")
+        assert restored.status_code == 200, restored.text
+        # A scheduled run is a trace of its own (app/jobs/scheduler.py runs it in a span).
+        database = Database(database_url, settings.database)
+        await database.open()
+        services = build_services(settings, database, frozen_clock, replica="replica-test")
+        try:
+            with tracing.span("job expiry_warning") as job_trace:
+                await services.jobs.run_now("expiry_warning", dry_run=False)
+        finally:
+            await services.aclose()
+            await database.close()
+        listed = (await client.get("/v1/events")).json()["items"]
+    by_type = {e["event_type"]: e["trace_id"] for e in listed}
+    assert by_type == {
+        "session.expiring": job_trace,
+        "session.restored": restored.headers["x-trace-id"],
+        "session.expired": PARENT_TRACE,
+    }

@@ -13,6 +13,7 @@ import msgspec
 import pytest
 
 from app.agents.schemas import Agent
+from app.coordination.answers import RepairKind
 from app.coordination.context import session_flags
 from app.coordination.dispatch import CallResult
 from app.coordination.fallbacks import FallbackResult
@@ -201,11 +202,13 @@ def test_a_running_process_flags_the_session(
 # -- the records made of a turn -------------------------------------------------------------
 
 
-def answered(output: Any, suggestions: Sequence[str] = ()) -> CallResult:
+def answered(
+    output: Any, suggestions: Sequence[str] = (), repaired: RepairKind | None = None
+) -> CallResult:
     response = AgentResponse(
         success=True, output_data=output, next_agent_suggestions=list(suggestions)
     )
-    return CallResult(response=response, attempts=1, error=None, elapsed_ms=3)
+    return CallResult(response=response, attempts=1, error=None, elapsed_ms=3, repaired=repaired)
 
 
 FAILED = CallResult(response=None, attempts=0, error="agent has no url configured", elapsed_ms=0)
@@ -226,7 +229,7 @@ def test_an_answering_agent() -> None:
     step = AgentStep(
         PLANNER,
         plan,
-        answered({"response": "Here", "progress_percentage": 40}, ["Educator", "X"]),
+        answered({"response": "Here", "progress_percentage": 40}, ["Educator", "X"], "truncated"),
         None,
         memories,
         "closed",
@@ -277,6 +280,8 @@ def test_an_answering_agent() -> None:
             "output_data": {"response": "Here", "progress_percentage": 40},
             "next_agent_suggestions": ["Educator", "X"],
             "routed_to": None,
+            "repaired": True,
+            "repaired_from": "truncated",
         },
         "execution_time_ms": 7,
         "created_by": "admin",
@@ -291,6 +296,7 @@ def test_an_answering_agent() -> None:
     assert (result.decision_id, result.session_version, result.agent) == (UUID(int=9), 3, "Planner")
     assert result.pending_actions == [{"type": "ask_question"}]
     assert (result.progress_percentage, result.memory_updates) == (40, memories)
+    assert result.repaired is True
     assert [(i.intent, i.agent) for i in result.intents] == [
         ("request_plan", "Planner"),
         ("ask_question", "Educator"),
@@ -334,6 +340,8 @@ def test_a_fallback_that_passes_the_request_on_and_queues_what_it_found() -> Non
             "error": "agent answered HTTP 500",
             "breaker_state": "open",
         },
+        "repaired": False,
+        "repaired_from": None,
     }
     turn = outcome.turn(None, set())
     assert turn.secondaries == (question,)
@@ -366,11 +374,15 @@ def test_a_clarification_and_a_message_nobody_takes() -> None:
 
 def test_a_stored_decision_is_the_record_with_what_the_database_gave_it() -> None:
     outcome = TurnOutcome([], "rules", prioritize([intent("x", 1)], RULES, 0), None)
-    written = msgspec.to_builtins(outcome.decision(SESSION_ID, "m", "admin", 1))
+    trace_id = "0af7651916cd43dd8448eb211c80319c"
+    written = msgspec.to_builtins(outcome.decision(SESSION_ID, "m", "admin", 1, trace_id))
+    assert written["trace_id"] == trace_id
     # The database fills these in; the record it is sent does not carry them.
     assert {"decision_id", "session_version", "created_at"}.isdisjoint(written)
     row = written | {"decision_id": UUID(int=5), "session_version": 2, "created_at": NOW}
     stored = msgspec.convert(row, Decision, strict=False)
     assert isinstance(stored, DecisionRecord)
     assert list(msgspec.to_builtins(stored))[:3] == ["decision_id", "session_id", "session_version"]
-    assert list(msgspec.to_builtins(stored))[-1] == "created_at"
+    # In the table's order: trace_id came last (revision 0016).
+    assert list(msgspec.to_builtins(stored))[-2:] == ["created_at", "trace_id"]
+    assert stored.trace_id == trace_id

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from app.logs import CHATTY, configure_logging, log_handler
-from app.settings import LoggingSettings
-from app.tracing import traced
+from app.settings import LoggingSettings, TracingSettings
+from app.tracing import Tracing
 
 
 class Terminal(io.StringIO):
@@ -129,7 +129,7 @@ def test_a_line_written_inside_a_trace_carries_its_id() -> None:
     logger.addHandler(handler)
     try:
         parent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
-        with traced({"traceparent": parent}) as trace_id:
+        with Tracing(TracingSettings()).continue_trace(parent, "test") as trace_id:
             logger.warning("inside")
         logger.warning("outside")
     finally:
