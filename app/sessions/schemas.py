@@ -243,6 +243,11 @@ class SessionVersion:
     changed_by: str
     change_reason: str
     created_at: datetime
+    # A merged write: the version it was based on; a branch merge: the branch and the
+    # branch version it took in as well (docs/design.md, "Auto-merge", "Branches").
+    merge_base: int | None = None
+    merged_branch: str | None = None
+    merged_branch_version: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,10 +10,12 @@ import copy
 from datetime import datetime
 from typing import Any, TypeVar
 
+import msgspec
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from app.common.validation import field_errors, validate_as
 from app.errors import ValidationFailed
+from app.sessions.merge import MergeResult, merge3
 from app.sessions.schemas import (
     AgentExecution,
     CoordinationMetadata,
@@ -213,3 +215,78 @@ def start_execution(
 def clip(text: str, limit: int) -> str:
     """``text`` cut to at most ``limit`` characters, marked with an ellipsis when cut."""
     return text if len(text) <= limit else text[: limit - 1] + "\u2026"
+
+
+# -- the document a three-way merge works on (app/sessions/merge.py) ------------------------
+
+# The versioned content of a session as one JSON object: what the merge compares. preserve
+# and completed_at are not content (not versioned): they are taken from the writes.
+DOCUMENT_FIELDS = (
+    "session_state",
+    "agent_sequence",
+    "coordination_metadata",
+    "current_agent",
+    "progress_percentage",
+    "priority",
+    "status",
+)
+
+
+def document_of(content: SessionContent) -> dict[str, Any]:
+    """The content as the JSON document a merge compares (storage form, no mirrors)."""
+    state, sequence, metadata = storage_json(content)
+    return {
+        "session_state": state,
+        "agent_sequence": sequence,
+        "coordination_metadata": metadata,
+        "current_agent": content.current_agent,
+        "progress_percentage": content.progress_percentage,
+        "priority": content.priority,
+        "status": content.status,
+    }
+
+
+def content_from_document(document: dict[str, Any], life: SessionContent) -> SessionContent:
+    """A merged document as typed content, validated like any write (422 naming the field
+    if the merge made something no single write could, e.g. too many pending actions);
+    preserve and completed_at from ``life``. The top-level scalars are each one side's value
+    whole, valid already."""
+    return SessionContent(
+        session_state=validate_as(
+            SessionState, document["session_state"], what="merged session_state"
+        ),
+        agent_sequence=sequence_of(document["agent_sequence"]),
+        coordination_metadata=validate_as(
+            CoordinationMetadata,
+            document["coordination_metadata"],
+            what="merged coordination_metadata",
+        ),
+        current_agent=document["current_agent"],
+        progress_percentage=document["progress_percentage"],
+        priority=document["priority"],
+        status=document["status"],
+        preserve=life.preserve,
+        completed_at=life.completed_at,
+    )
+
+
+def merge_contents(
+    base: SessionContent, current: SessionContent, proposed: SessionContent
+) -> MergeResult:
+    """Three-way merge of two writes' content from one base (app/sessions/merge.py)."""
+    return merge3(document_of(base), document_of(current), document_of(proposed))
+
+
+def session_at(version: SessionVersion, current: Session) -> Session:
+    """The session as it was at ``version``: that version's content, the session's
+    identity and life (status and preserve as now): the base a merged write replays on."""
+    return msgspec.structs.replace(
+        current,
+        version=version.version,
+        session_state=version.session_state,
+        agent_sequence=version.agent_sequence,
+        coordination_metadata=version.coordination_metadata,
+        current_agent=version.current_agent,
+        progress_percentage=version.progress_percentage,
+        priority=version.priority,
+    )
