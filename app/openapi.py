@@ -453,6 +453,21 @@ def _session_patch(components: dict[str, Any]) -> dict[str, Any]:
     return schema
 
 
+def _branch_patch(session_patch: dict[str, Any]) -> dict[str, Any]:
+    """The session's patch without what is not branch content (status, preserve)."""
+    schema = copy.deepcopy(session_patch)
+    for member in ("status", "preserve"):
+        schema["properties"].pop(member)
+    schema["properties"]["base_version"]["description"] = (
+        "The branch version this patch is based on, instead of If-Match."
+    )
+    schema["description"] = (
+        "An RFC 7396 JSON merge patch over the branch's content, as for the session (status "
+        "and preserve belong to the session, not to a branch)."
+    )
+    return schema
+
+
 def _memory_write_body(components: dict[str, Any]) -> dict[str, Any]:
     one = _schema_of(MemoryWrite, components)
     components.setdefault("MemoryWrite", one)
@@ -519,6 +534,12 @@ def _special_cases(paths: dict[str, Any], components: dict[str, Any]) -> None:
     session["patch"]["requestBody"]["content"] = {
         MERGE_PATCH_JSON: patch_ref,
         MediaType.JSON.value: copy.deepcopy(patch_ref),
+    }
+    components["BranchPatch"] = _branch_patch(components["SessionPatch"])
+    branch_ref = {"schema": {"$ref": _SCHEMAS + "BranchPatch"}}
+    paths["/v1/sessions/{session_id}/branches/{name}"]["patch"]["requestBody"]["content"] = {
+        MERGE_PATCH_JSON: branch_ref,
+        MediaType.JSON.value: copy.deepcopy(branch_ref),
     }
     session["get"]["responses"]["304"] = {
         "description": "If-None-Match names the current ETag: nothing changed.",

@@ -1012,7 +1012,7 @@ CREATE TRIGGER outbox_events_fan_out
 -- merges back into the session with the same three-way merge as an auto-merged write.
 CREATE TABLE session_branches (
     session_id uuid NOT NULL REFERENCES session_coordination (session_id) ON DELETE CASCADE,
-    name text NOT NULL CHECK (name ~ '^[a-z0-9][a-z0-9._/-]{0,99}$' AND name <> 'main'),
+    name text NOT NULL CHECK (name ~ '^[a-z0-9][a-z0-9._-]{0,63}$' AND name <> 'main'),
     purpose text NOT NULL CHECK (purpose IN ('analysis', 'alternative_solution', 'verification',
                                              'collaboration', 'conflict_resolution')),
     owner_agent text NOT NULL CHECK (char_length(owner_agent) BETWEEN 1 AND 100),

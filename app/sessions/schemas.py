@@ -148,6 +148,22 @@ class SessionEditable(BaseModel):
     status: SettableStatus
 
 
+class SessionDocument(BaseModel):
+    """The versioned content as one document (the storage form, no mirrored copies): what
+    a three-way merge compares and produces. A merged or resolved document is validated
+    as this before it is written."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    session_state: SessionState
+    agent_sequence: list[AgentExecution]
+    coordination_metadata: CoordinationMetadata
+    current_agent: AgentRef | None
+    progress_percentage: Progress
+    priority: Priority
+    status: SessionStatus
+
+
 class SessionCreate(BaseModel):
     """Open a session for a user."""
 

@@ -51,6 +51,7 @@ from app.sessions.state import (
     content_from_document,
     content_of,
     evolve,
+    keep_last_executions,
     merge_contents,
     merge_patch,
     resolve_mirrored,
@@ -227,39 +228,7 @@ class SessionService:
         patch = {k: v for k, v in patch.items() if k != "base_version"}
 
         def mutate(current: Session, _: datetime) -> tuple[SessionContent, str]:
-            if current.status in CLOSED_STATUSES and set(patch) - {"preserve"}:
-                raise Conflict(
-                    f"Session {session_id} is {current.status}; only preserve can change.",
-                    session_status=current.status,
-                )
-            view = {
-                "session_state": current.session_state,
-                "coordination_metadata": current.coordination_metadata,
-                "progress_percentage": current.progress_percentage,
-                "priority": current.priority,
-                "current_agent": current.current_agent,
-                "preserve": current.preserve,
-                "status": "active" if current.status in CLOSED_STATUSES else current.status,
-            }
-            merged = merge_patch(view, patch)
-            merged["progress_percentage"] = resolve_mirrored(
-                patch,
-                "progress_percentage",
-                "session_state",
-                "progress_percentage",
-                current.progress_percentage,
-            )
-            merged["priority"] = resolve_mirrored(
-                patch, "priority", "coordination_metadata", "session_priority", current.priority
-            )
-            editable = validate_input(SessionEditable, merged, what="session after this patch")
-            closed_status = current.status if current.status in CLOSED_STATUSES else None
-            # The sequence is not patchable: it is carried over as stored.
-            sequence = sequence_of(current.agent_sequence)
-            content = _content_from_editable(
-                editable, sequence, current.completed_at, status=closed_status
-            )
-            return content, "patched"
+            return patched(current, patch), "patched"
 
         return await self._versioned_write(session_id, bases, actor, mutate, merge)
 
@@ -490,10 +459,7 @@ class SessionService:
     def _bounded(self, change: tuple[SessionContent, str]) -> tuple[SessionContent, str]:
         """The change with only the last ``agent_sequence_limit`` executions kept."""
         content, reason = change
-        limit = self._settings.agent_sequence_limit
-        if len(content.agent_sequence) > limit:
-            content = replace(content, agent_sequence=content.agent_sequence[-limit:])
-        return content, reason
+        return keep_last_executions(content, self._settings.agent_sequence_limit), reason
 
     def _lifetime(self, ttl_seconds: int | None) -> timedelta:
         if ttl_seconds is None:
@@ -505,6 +471,42 @@ class SessionService:
                 errors=[{"field": "ttl_seconds", "message": "above the configured maximum"}],
             )
         return timedelta(seconds=ttl_seconds)
+
+
+def patched(current: Session, patch: dict[str, Any]) -> SessionContent:
+    """``current`` (a session, or a branch or version shown as one) with a merge patch
+    applied to its editable view, validated as a whole; 409 if it is closed."""
+    if current.status in CLOSED_STATUSES and set(patch) - {"preserve"}:
+        raise Conflict(
+            f"Session {current.session_id} is {current.status}; only preserve can change.",
+            session_status=current.status,
+        )
+    view = {
+        "session_state": current.session_state,
+        "coordination_metadata": current.coordination_metadata,
+        "progress_percentage": current.progress_percentage,
+        "priority": current.priority,
+        "current_agent": current.current_agent,
+        "preserve": current.preserve,
+        "status": "active" if current.status in CLOSED_STATUSES else current.status,
+    }
+    merged = merge_patch(view, patch)
+    merged["progress_percentage"] = resolve_mirrored(
+        patch,
+        "progress_percentage",
+        "session_state",
+        "progress_percentage",
+        current.progress_percentage,
+    )
+    merged["priority"] = resolve_mirrored(
+        patch, "priority", "coordination_metadata", "session_priority", current.priority
+    )
+    editable = validate_input(SessionEditable, merged, what="session after this patch")
+    closed_status = current.status if current.status in CLOSED_STATUSES else None
+    # The sequence is not patchable: it is carried over as stored.
+    sequence = sequence_of(current.agent_sequence)
+    content = _content_from_editable(editable, sequence, current.completed_at, status=closed_status)
+    return content
 
 
 def require_open(session: Session) -> None:

@@ -7,8 +7,9 @@ Nothing here touches the database or the clock; the service passes times in.
 from __future__ import annotations
 
 import copy
+from dataclasses import replace
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import msgspec
 from pydantic import BaseModel, TypeAdapter, ValidationError
@@ -22,6 +23,7 @@ from app.sessions.schemas import (
     ExecutionStatus,
     Session,
     SessionContent,
+    SessionDocument,
     SessionState,
     SessionVersion,
 )
@@ -117,7 +119,33 @@ def version_content(version: SessionVersion, session: Session) -> SessionContent
     return _typed(version, session)
 
 
-def _typed(source: Session | SessionVersion, life: Session) -> SessionContent:
+class ContentRow(Protocol):
+    """Anything holding a session's versioned content as the API shows it: a session, a
+    version of it, a branch or a branch's version."""
+
+    @property
+    def session_state(self) -> dict[str, Any]: ...
+    @property
+    def agent_sequence(self) -> list[dict[str, Any]]: ...
+    @property
+    def coordination_metadata(self) -> dict[str, Any]: ...
+    @property
+    def current_agent(self) -> str | None: ...
+    @property
+    def progress_percentage(self) -> int: ...
+    @property
+    def priority(self) -> str: ...
+    @property
+    def version(self) -> int: ...
+
+
+def typed_content(source: ContentRow, life: Session) -> SessionContent:
+    """The content of ``source`` (a branch, a version), typed under today's rules, with
+    the session's status, preserve and completed_at."""
+    return _typed(source, life)
+
+
+def _typed(source: ContentRow, life: Session) -> SessionContent:
     state, metadata = strip_mirrors(source.session_state, source.coordination_metadata)
     return SessionContent(
         session_state=validate_as(SessionState, state, what="stored session_state"),
@@ -247,27 +275,28 @@ def document_of(content: SessionContent) -> dict[str, Any]:
 
 
 def content_from_document(document: dict[str, Any], life: SessionContent) -> SessionContent:
-    """A merged document as typed content, validated like any write (422 naming the field
-    if the merge made something no single write could, e.g. too many pending actions);
-    preserve and completed_at from ``life``. The top-level scalars are each one side's value
-    whole, valid already."""
+    """A merged (or resolved) document as typed content, validated like any write (422
+    naming the field if it breaks a rule, e.g. too many pending actions after a merge);
+    preserve and completed_at from ``life``."""
+    typed = validate_as(SessionDocument, document, what="merged session")
     return SessionContent(
-        session_state=validate_as(
-            SessionState, document["session_state"], what="merged session_state"
-        ),
-        agent_sequence=sequence_of(document["agent_sequence"]),
-        coordination_metadata=validate_as(
-            CoordinationMetadata,
-            document["coordination_metadata"],
-            what="merged coordination_metadata",
-        ),
-        current_agent=document["current_agent"],
-        progress_percentage=document["progress_percentage"],
-        priority=document["priority"],
-        status=document["status"],
+        session_state=evolve(typed.session_state, progress_percentage=None),
+        agent_sequence=typed.agent_sequence,
+        coordination_metadata=evolve(typed.coordination_metadata, session_priority=None),
+        current_agent=typed.current_agent,
+        progress_percentage=typed.progress_percentage,
+        priority=typed.priority,
+        status=typed.status,
         preserve=life.preserve,
         completed_at=life.completed_at,
     )
+
+
+def keep_last_executions(content: SessionContent, limit: int) -> SessionContent:
+    """``content`` with only the last ``limit`` executions of its agent sequence."""
+    if len(content.agent_sequence) > limit:
+        return replace(content, agent_sequence=content.agent_sequence[-limit:])
+    return content
 
 
 def merge_contents(
@@ -277,7 +306,7 @@ def merge_contents(
     return merge3(document_of(base), document_of(current), document_of(proposed))
 
 
-def session_at(version: SessionVersion, current: Session) -> Session:
+def session_at(version: ContentRow, current: Session) -> Session:
     """The session as it was at ``version``: that version's content, the session's
     identity and life (status and preserve as now): the base a merged write replays on."""
     return msgspec.structs.replace(

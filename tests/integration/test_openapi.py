@@ -284,6 +284,10 @@ VALID_BODIES: dict[tuple[str, str], Any] = {
     ("POST", "/v1/sessions/{session_id}/complete"): {"base_version": 1},
     ("POST", "/v1/sessions/{session_id}/rollback"): {"to_version": 1, "base_version": 1},
     ("POST", "/v1/sessions/{session_id}/messages"): {"text": "hello"},
+    ("POST", "/v1/sessions/{session_id}/branches"): {"name": "probe", "purpose": "analysis"},
+    ("PATCH", "/v1/sessions/{session_id}/branches/{name}"): {"priority": "low", "base_version": 1},
+    ("POST", "/v1/sessions/{session_id}/branches/{name}/merge"): {},
+    ("POST", "/v1/sessions/{session_id}/branches/{name}/rebase"): {},
 }
 
 
