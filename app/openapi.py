@@ -179,6 +179,11 @@ _STALE = (
 )
 _CLOSED = "or the session is completed (session_status) and takes no such change."
 _NEEDS_BASE = 'No If-Match: "<version>" and no base_version in the body.'
+_MERGE_CONFLICT = (
+    "with Prefer: merge=auto, paths changed since the base to other values (merge-conflict: "
+    "conflicts lists each path with base, current and proposed)"
+)
+_BRANCH_CLOSED = "the branch was merged (branch_state), or the session is completed"
 _BAD_IF_MATCH = (
     'If-Match is not a list of quoted versions ("3"), names a weak tag, or disagrees with '
     "base_version."
@@ -200,13 +205,37 @@ SERVICE_PROBLEMS: dict[tuple[str, str], dict[int, str]] = {
     ("POST", "/v1/users"): {409: "Another user has this external_ref (existing_user_id)."},
     ("PATCH", "/v1/sessions/{session_id}"): {
         400: _BAD_IF_MATCH,
-        409: f"{_STALE}, {_CLOSED}",
+        409: f"{_STALE}; {_MERGE_CONFLICT}; {_CLOSED}",
         428: _NEEDS_BASE,
     },
     ("POST", "/v1/sessions/{session_id}/handoff"): {
         400: _BAD_IF_MATCH,
-        409: f"{_STALE}, {_CLOSED}",
+        409: f"{_STALE}; {_MERGE_CONFLICT}; {_CLOSED}",
         428: _NEEDS_BASE,
+    },
+    ("POST", "/v1/sessions/{session_id}/branches"): {
+        409: "The session already has a branch of this name (branch), or it is completed.",
+    },
+    ("PATCH", "/v1/sessions/{session_id}/branches/{name}"): {
+        400: _BAD_IF_MATCH,
+        409: (
+            "The branch is no longer at the version this write is based on "
+            f"(current_version); {_MERGE_CONFLICT}; {_BRANCH_CLOSED}."
+        ),
+        428: _NEEDS_BASE,
+    },
+    ("POST", "/v1/sessions/{session_id}/branches/{name}/merge"): {
+        409: (
+            "The branch and the session changed paths to different values (merge-conflict: "
+            "conflicts lists each; POST again with choices or a document); or "
+            f"{_BRANCH_CLOSED}."
+        ),
+    },
+    ("POST", "/v1/sessions/{session_id}/branches/{name}/rebase"): {
+        409: (
+            "The branch and the session changed paths to different values (merge-conflict: "
+            f"conflicts lists each); or {_BRANCH_CLOSED}."
+        ),
     },
     ("POST", "/v1/sessions/{session_id}/complete"): {
         400: _BAD_IF_MATCH,
