@@ -37,7 +37,7 @@ from app.errors import (
 from app.jobs.sweep import Sweep
 from app.sessions import repository as sessions_repo
 from app.sessions.merge import Choice, MergeResult, resolve
-from app.sessions.schemas import Session, SessionContent
+from app.sessions.schemas import Session, SessionContent, SessionVersion
 from app.sessions.service import patched, require_open
 from app.sessions.state import (
     DOCUMENT_FIELDS,
@@ -238,10 +238,12 @@ class BranchService:
         Otherwise 409 listing the conflicts."""
         now = self._clock.now()
         async with self._db.transaction() as conn:
-            branch = _open(await repo.lock_branch(conn, session_id, name), session_id, name)
+            # The session's row first, then the branch's: the order in which deleting a
+            # session (archival, erasure) takes them, so the two never wait on each other.
             session = await sessions_repo.lock_session(conn, session_id)
-            if session is None:  # the branch's row would be gone with it
+            if session is None:
                 raise NotFound(f"No session {session_id}.")
+            branch = _open(await repo.lock_branch(conn, session_id, name), session_id, name)
             require_open(session)
             base = await _session_version(conn, session_id, branch.base_version)
             current = content_of(session)
@@ -346,7 +348,7 @@ async def _session(conn: Connection, session_id: UUID) -> Session:
     return session
 
 
-async def _session_version(conn: Connection, session_id: UUID, version: int) -> Any:
+async def _session_version(conn: Connection, session_id: UUID, version: int) -> SessionVersion:
     found = await sessions_repo.get_session_version(conn, session_id, version)
     if found is None:  # versions are never removed from a live session
         raise NotFound(f"Session {session_id} has no version {version}.")
