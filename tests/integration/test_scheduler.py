@@ -271,7 +271,12 @@ async def test_memory_retention(
     permanent = await write("consultation")  # user_profile: permanent
     frozen_clock.advance(timedelta(days=366))
     run = await make_replica().run_now("memory_retention", dry_run=False)
-    assert run.details == {"memories_deleted": 1, "patterns_archived": 1, "archive_purged": 0}
+    assert run.details == {
+        "memories_deleted": 1,
+        "branch_memories_deleted": 0,
+        "patterns_archived": 1,
+        "archive_purged": 0,
+    }
     live = {r["memory_id"] for r in await rows(database_url, "SELECT memory_id FROM memories")}
     assert {str(m) for m in live} == {permanent}
     archived = await rows(database_url, "SELECT memory_id FROM memory_archive")

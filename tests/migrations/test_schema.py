@@ -175,6 +175,7 @@ async def test_upgrade_head_builds_exactly_schema_sql(server_url: str) -> None:
     assert "alembic_version" not in table_names(from_migrations)
     assert [row[0] for row in from_migrations["functions"]] == [
         "agent_shown",
+        "branch_memory_readable",
         "current_traceparent",
         "event_subscribed",
         "idempotency_key_lapsed",
