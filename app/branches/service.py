@@ -270,7 +270,7 @@ class BranchService:
                 typed_content(base, session), current, typed_content(branch, session)
             )
             rows, memory_conflicts = await branch_memory_conflicts(
-                conn, session_id, name, now, principal
+                conn, session_id, session.user_id, name, now, principal
             )
             detail = (
                 f"Branch {name!r} (version {branch.version}) and session {session_id} "

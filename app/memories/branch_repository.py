@@ -240,6 +240,11 @@ async def delete_memory(
     return gone
 
 
+async def hold_user(conn: Connection, user_id: UUID) -> None:
+    """Key-share lock the user before any memory row (see hold_user in the .sql)."""
+    await conn.execute(Q.hold_user, user_id)
+
+
 async def touch_branch(conn: Connection, session_id: UUID, branch: str, now: datetime) -> None:
     """Mark activity on the branch (the idle sweep counts from it)."""
     await conn.execute(Q.touch_branch, session_id, branch, now)

@@ -271,8 +271,12 @@ async def _branch_user(conn: Connection, session_id: UUID, branch: str) -> UUID:
 
 
 async def _open_branch(conn: Connection, session_id: UUID, branch: str) -> UUID:
-    """Lock the branch (its writers and its merge go one at a time) and return the user of
-    its session; 404 unknown, 409 merged or the session closed."""
+    """Hold the session's user, then lock the branch (its writers and its merge go one at a
+    time); return the user. 404 unknown, 409 merged or the session closed."""
+    session = await sessions_repo.get_session(conn, session_id)
+    if session is None:
+        raise NotFound(f"No session {session_id}.")
+    await repo.hold_user(conn, session.user_id)
     found = await branches_repo.lock_branch(conn, session_id, branch)
     if found is None:
         raise NotFound(f"Session {session_id} has no branch {branch!r}.")
@@ -282,9 +286,6 @@ async def _open_branch(conn: Connection, session_id: UUID, branch: str) -> UUID:
             "no more changes. Fork a new branch to go on.",
             branch_state=found.state,
         )
-    session = await sessions_repo.get_session(conn, session_id)
-    if session is None:
-        raise NotFound(f"No session {session_id}.")
     require_open(session)
     return session.user_id
 
@@ -293,11 +294,18 @@ async def _open_branch(conn: Connection, session_id: UUID, branch: str) -> UUID:
 
 
 async def branch_memory_conflicts(
-    conn: Connection, session_id: UUID, branch: str, now: datetime, principal: Principal
+    conn: Connection,
+    session_id: UUID,
+    user_id: UUID,
+    branch: str,
+    now: datetime,
+    principal: Principal,
 ) -> tuple[list[MergeRow], list[MergeConflict]]:
-    """The branch's live rows (locked) and the keys both sides changed: main's memory of
-    the key is not the one the branch first saw, and differs from the branch's value. A
-    value the merging caller may not read is withheld (null, ``*_present`` false)."""
+    """The branch's live rows (locked, after the user: see hold_user) and the keys both
+    sides changed: main's memory of the key is not the one the branch first saw, and
+    differs from the branch's value. A value the merging caller may not read is withheld
+    (null, ``*_present`` false)."""
+    await repo.hold_user(conn, user_id)
     rows = await repo.lock_for_merge(conn, session_id, branch, now, reader_of(principal))
     conflicts: list[MergeConflict] = []
     for row in rows:

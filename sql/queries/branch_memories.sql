@@ -115,6 +115,13 @@ WHERE b.session_id = $1 AND b.branch = $2 AND b.category = $3 AND b.key = $4
   AND branch_memory_readable(b, $5, $8, ARRAY(SELECT memory_readable_levels($6, $7)))
 RETURNING b.memory_id
 
+-- name: hold_user
+-- A key-share lock on the user, taken before any memory row: erasing the user's memories
+-- takes the user's row first and then their memories, so a branch write or merge that
+-- locked a memory row before waiting for the user (its INSERT's foreign key) would
+-- deadlock with it. Taken first, the two simply go one after the other.
+SELECT id FROM users WHERE id = $1 FOR KEY SHARE
+
 -- name: touch_branch
 -- A memory write is activity on the branch: the idle sweep counts from it.
 UPDATE session_branches SET last_activity_at = $3 WHERE session_id = $1 AND name = $2

@@ -357,3 +357,40 @@ async def test_bad_input_is_a_4xx_problem(setup: Setup) -> None:
     completed = await setup.client.post(f"/v1/sessions/{setup.sid}/complete", headers=if_match(1))
     assert completed.status_code == 200, completed.text
     assert_problem(await setup.client.put(url, json=memory("k2", 1)), 409)
+
+
+async def test_a_branch_write_waits_for_a_memory_erasure_instead_of_deadlocking(
+    setup: Setup, database_url: str
+) -> None:
+    """Erasing a user's memories locks the user, then their memories. A branch write that
+    shadows a main memory takes the user first too, so it waits (holding nothing the
+    erasure needs) instead of locking the memory and then waiting for the user."""
+    import asyncio
+
+    user = uuid.UUID(setup.user_id)
+    eraser = await asyncpg.connect(database_url)
+    watcher = await asyncpg.connect(database_url)
+    try:
+        erasing = eraser.transaction()
+        await erasing.start()
+        await eraser.execute("SELECT 1 FROM users WHERE id = $1 FOR UPDATE", user)
+        write = asyncio.create_task(setup.on_branch("a", "branch a"))
+        for _ in range(500):  # until the write waits for a lock
+            waiting = await watcher.fetchval(
+                "SELECT count(*) FROM pg_stat_activity"
+                " WHERE datname = current_database() AND wait_event_type = 'Lock'"
+            )
+            if waiting or write.done():
+                break
+            await asyncio.sleep(0.01)
+        assert not write.done(), (await write).text
+        await eraser.execute("DELETE FROM memories WHERE user_id = $1", user)
+        await eraser.execute("DELETE FROM branch_memories WHERE user_id = $1", user)
+        await erasing.commit()
+        written = await asyncio.wait_for(write, 10)
+    finally:
+        await eraser.close()
+        await watcher.close()
+    # Main's memory was erased before the write went on: it shadows nothing now.
+    assert written.status_code == 201, written.text
+    assert written.json()["version"] == 1
