@@ -5,6 +5,7 @@ erasure, under the same access levels as main's; bad input is a 4xx problem."""
 from __future__ import annotations
 
 import uuid
+from datetime import datetime, timedelta
 from typing import Any
 
 import asyncpg
@@ -394,3 +395,18 @@ async def test_a_branch_write_waits_for_a_memory_erasure_instead_of_deadlocking(
     # Main's memory was erased before the write went on: it shadows nothing now.
     assert written.status_code == 201, written.text
     assert written.json()["version"] == 1
+
+
+async def test_a_category_retention_reapplied_covers_branch_memories(setup: Setup) -> None:
+    assert (await setup.on_branch("c", "branch c")).status_code == 201
+    changed = await setup.client.put(
+        f"/v1/memory-categories/{CATEGORY}",
+        params={"reapply": "true"},
+        json={"retention_seconds": 3600, "default_access_level": "all_agents"},
+    )
+    assert changed.status_code == 200, changed.text
+    # Main's a and b, and the branch's c.
+    assert changed.json()["memories_reexpired"] == 3
+    read = (await setup.branch_read("c")).json()
+    kept = datetime.fromisoformat(read["expires_at"]) - datetime.fromisoformat(read["updated_at"])
+    assert kept == timedelta(hours=1)
