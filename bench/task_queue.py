@@ -11,7 +11,10 @@ PostgreSQL. Two shapes:
 - drain: the queue is filled first, then the workers are started (claim -> complete).
 
 A figure is tasks per second from the first submit (flow) or the workers' start (drain)
-until every task's completion is in the database. Switchboard's tasks run through
+until every task's completion is in the database: for Switchboard, until every task's
+``on_finished`` ran (it runs after the completion committed); for pgqueuer, until every
+entrypoint ran and then its queue table is empty (it deletes a finished job through a
+buffer). Nothing polls the database during the run. Switchboard's tasks run through
 ``TaskService`` (a no-op handler, worker concurrency ``--concurrency``); pgqueuer's through
 its ``QueueManager`` with its own benchmark's defaults (``batch_size`` 10, its async
 entrypoint, completion logged through its buffers). Best of ``--rounds`` rounds; the
@@ -76,6 +79,20 @@ async def noop(task: Task) -> dict[str, Any]:
     return {}
 
 
+class Finished:
+    """Counts tasks whose completion is stored; set once ``target`` are."""
+
+    def __init__(self, target: int) -> None:
+        self.count = 0
+        self.target = target
+        self.all = asyncio.Event()
+
+    def one(self) -> None:
+        self.count += 1
+        if self.count >= self.target:
+            self.all.set()
+
+
 async def replica(url: str, name: str, concurrency: int, pool: int) -> tuple[Services, Database]:
     settings = Settings(
         database=DatabaseSettings(pool_min_size=1, pool_max_size=pool),
@@ -84,7 +101,6 @@ async def replica(url: str, name: str, concurrency: int, pool: int) -> tuple[Ser
     database = Database(url, settings.database)
     await database.open()
     services = build_services(settings, database, SystemClock(), replica=name)
-    services.tasks.register("agent_call", noop)
     return services, database
 
 
@@ -94,13 +110,20 @@ async def switchboard(url: str, args: argparse.Namespace, shape: str) -> float:
         await replica(url, f"bench-worker-{i}", args.concurrency, 4) for i in range(args.workers)
     ]
     workers = [TaskWorker(database, services.tasks) for services, database in replicas]
+    finished = Finished(args.tasks)
+
+    async def stored(task: Task) -> None:
+        # on_finished runs after the completion was committed.
+        finished.one()
+
+    for services, _ in replicas:
+        services.tasks.register("agent_call", noop, stored)
 
     async def submit(n: int) -> None:
         await submitter.tasks.submit(
             NewTask(agent_name="Noop_Agent", kind="agent_call", input={"n": n}), "bench"
         )
 
-    pending = "SELECT count(*) FROM agent_tasks WHERE status <> 'completed'"
     try:
         for services, _ in replicas:
             await services.tasks.start()
@@ -109,15 +132,13 @@ async def switchboard(url: str, args: argparse.Namespace, shape: str) -> float:
             started = time.perf_counter()
             for worker in workers:
                 await worker.start()
-            seconds = await until_zero(url, pending, started)
         else:
             for worker in workers:
                 await worker.start()
             started = time.perf_counter()
-            waiting = asyncio.create_task(produce(submit, args.tasks, args.submitters))
-            await asyncio.sleep(0.05)  # the first rows exist before "none pending" is asked
-            seconds = await until_zero(url, pending, started)
-            await waiting
+            await produce(submit, args.tasks, args.submitters)
+        await asyncio.wait_for(finished.all.wait(), timeout=600)
+        seconds = time.perf_counter() - started
     finally:
         for worker in workers:
             await worker.stop()
@@ -142,19 +163,21 @@ async def pgqueuer(url: str, args: argparse.Namespace, shape: str) -> float:
         QueueManager(Queries(AsyncpgDriver(await asyncpg.connect(url))))
         for _ in range(args.workers)
     ]
+    ran = Finished(args.tasks)
     for manager in managers:
 
         @manager.entrypoint("noop")
         async def run(job: Job) -> None:
-            """Nothing, as pgqueuer's own benchmark's async entrypoint."""
+            """Nothing, as pgqueuer's own benchmark's async entrypoint (and a count)."""
+            ran.one()
 
     turn = iter(range(10**9))
 
     async def submit(n: int) -> None:
         await producers[next(turn) % len(producers)].enqueue("noop", str(n).encode())
 
-    # A job is done once its queue row is gone (pgqueuer deletes it on completion and
-    # logs it); the log is flushed through its buffer meanwhile.
+    # A job is done once its queue row is gone: pgqueuer deletes it (and logs it) through
+    # its buffer after the entrypoint returned. Polled only once every entrypoint ran.
     pending = "SELECT count(*) FROM pgqueuer"
     runs: list[asyncio.Task[None]] = []
 
@@ -168,16 +191,14 @@ async def pgqueuer(url: str, args: argparse.Namespace, shape: str) -> float:
             await produce(submit, args.tasks, args.submitters)
             started = time.perf_counter()
             runs = [asyncio.create_task(m.run(batch_size=args.pgqueuer_batch)) for m in managers]
-            seconds = await until_zero(url, pending, started)
         else:
             runs = [asyncio.create_task(m.run(batch_size=args.pgqueuer_batch)) for m in managers]
             await asyncio.sleep(0.5)  # let them listen
             check(runs)
             started = time.perf_counter()
-            waiting = asyncio.create_task(produce(submit, args.tasks, args.submitters))
-            await asyncio.sleep(0.05)
-            seconds = await until_zero(url, pending, started)
-            await waiting
+            await produce(submit, args.tasks, args.submitters)
+        await asyncio.wait_for(ran.all.wait(), timeout=600)
+        seconds = await until_zero(url, pending, started)
     finally:
         for manager in managers:
             manager.shutdown.set()

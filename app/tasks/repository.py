@@ -181,9 +181,9 @@ async def complete_tasks(
     owner: str,
     done: list[tuple[UUID, int, dict[str, Any]]],
     now: datetime,
-) -> list[Task]:
-    """Store the results of ``owner``'s attempts (task, attempt, result); the tasks
-    completed (one whose lease was lost is left out)."""
+) -> dict[UUID, bool]:
+    """Store the results of ``owner``'s attempts (task, attempt, result); the ids stored
+    with their ``detached`` flag (one whose lease was lost is left out)."""
     rows = await conn.fetch(
         Q.complete_tasks,
         owner,
@@ -192,7 +192,7 @@ async def complete_tasks(
         [result for _, _, result in done],
         now,
     )
-    return [_task(row) for row in rows]
+    return {row["task_id"]: row["detached"] for row in rows}
 
 
 async def retry_task(

@@ -56,13 +56,14 @@ RETURNING task_id
 -- name: complete_tasks
 -- The results of attempts replica $1 ran, stored together (a completion waits at most
 -- for the statement before it: group commit). $2 tasks, $3 their attempts, $4 their
--- results, $5 now. A task whose lease was lost meanwhile is not returned.
+-- results, $5 now. Returns the ids stored and whether each was detached meanwhile (the
+-- caller holds the rest of each row); a task whose lease was lost is not among them.
 UPDATE agent_tasks t
 SET status = 'completed', result = c.result, finished_at = $5, lease_owner = NULL,
     lease_expires_at = NULL, last_error = NULL, status_actor = $1, status_reason = 'completed'
 FROM unnest($2::uuid[], $3::integer[], $4::jsonb[]) AS c (task_id, attempt, result)
 WHERE t.task_id = c.task_id AND t.lease_owner = $1 AND t.attempt = c.attempt
-RETURNING t.*
+RETURNING t.task_id, t.detached
 
 -- name: retry_task
 -- The attempt failed and another one is due at $5 (after the backoff): the same task,
