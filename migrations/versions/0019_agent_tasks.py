@@ -7,8 +7,8 @@ attempt of the same task, and after its last attempt written to dead_letters (it
 escalated, a task.dead_lettered event). agent_task_transition() refuses backward and
 terminal transitions and writes the history (app/tasks/).
 
-Revision ID: 0017
-Revises: 0016
+Revision ID: 0019
+Revises: 0018
 Create Date: 2026-11-24
 """
 
@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from migrations.sqlscript import run_sql
 
-revision = "0017"
-down_revision = "0016"
+revision = "0019"
+down_revision = "0018"
 branch_labels = None
 depends_on = None
 
