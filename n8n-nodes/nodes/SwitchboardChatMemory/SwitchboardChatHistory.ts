@@ -68,11 +68,7 @@ export class SwitchboardChatMessageHistory extends BaseListChatMessageHistory {
 		const created = await switchboardApi.call(this.ctx, {
 			method: 'POST',
 			path: '/v1/sessions',
-			body: {
-				user_id: user,
-				session_type: this.options.sessionType,
-				coordination_metadata: { n8n_chat_session_key: key },
-			},
+			body: { user_id: user, session_type: this.options.sessionType },
 		});
 		this.conversation = { sessionId: String(created.session_id), userId: user };
 		return this.conversation;
