@@ -1,7 +1,7 @@
 // A live Switchboard for the node tests, and n8n's function contexts around the nodes.
 //
-// startSwitchboard() creates a fresh database on the machine's PostgreSQL
-// (SWITCHBOARD_TEST_DATABASE_URL, default postgresql://postgres@127.0.0.1:5432/postgres),
+// startSwitchboard() creates a fresh database on the suite's PostgreSQL
+// (SWITCHBOARD_TEST_DATABASE_URL, else the embedded server, as `make test` does),
 // runs `switchboard serve` on a free port of 127.0.0.1 against it, and returns its URL, the
 // admin key and a helper to make agent keys. Nothing is mocked on Switchboard's side: the
 // contexts below send real HTTP requests, as n8n's helpers do (X-API-Key from the
@@ -17,8 +17,12 @@ const path = require('node:path');
 
 const REPO = path.resolve(__dirname, '..', '..');
 const VENV_BIN = process.env.SWITCHBOARD_BIN_DIR || path.join(REPO, '.venv', 'bin');
-const SERVER_URL =
-	process.env.SWITCHBOARD_TEST_DATABASE_URL || 'postgresql://postgres@127.0.0.1:5432/postgres';
+const PYTHON = path.join(VENV_BIN, 'python');
+// The suite's PostgreSQL: SWITCHBOARD_TEST_DATABASE_URL, else the embedded server (as `make test`).
+const SERVER_URL = execFileSync(PYTHON, ['-c', 'from tests import dbutil; print(dbutil.server_url())'], {
+	cwd: REPO,
+	encoding: 'utf8',
+}).trim();
 
 async function freePort() {
 	return await new Promise((resolve, reject) => {
@@ -36,7 +40,7 @@ function database(action, name) {
 	const code =
 		'import asyncio, sys\nfrom tests import dbutil\n' +
 		`asyncio.run(dbutil.${action}_database(sys.argv[1], sys.argv[2]))`;
-	execFileSync(path.join(VENV_BIN, 'python'), ['-c', code, SERVER_URL, name], {
+	execFileSync(PYTHON, ['-c', code, SERVER_URL, name], {
 		cwd: REPO,
 		stdio: 'inherit',
 	});
