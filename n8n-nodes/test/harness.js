@@ -18,11 +18,35 @@ const path = require('node:path');
 const REPO = path.resolve(__dirname, '..', '..');
 const VENV_BIN = process.env.SWITCHBOARD_BIN_DIR || path.join(REPO, '.venv', 'bin');
 const PYTHON = path.join(VENV_BIN, 'python');
-// The suite's PostgreSQL: SWITCHBOARD_TEST_DATABASE_URL, else the embedded server (as `make test`).
-const SERVER_URL = execFileSync(PYTHON, ['-c', 'from tests import dbutil; print(dbutil.server_url())'], {
-	cwd: REPO,
-	encoding: 'utf8',
-}).trim();
+let SERVER_URL = process.env.SWITCHBOARD_TEST_DATABASE_URL;
+let embeddedHolder;
+
+// The suite's PostgreSQL: SWITCHBOARD_TEST_DATABASE_URL, else the embedded server, as `make
+// test` does. A process joined to the embedded server lets go of it when it ends, so one
+// Python process holds it (until its stdin closes) while the tests run.
+async function serverUrl() {
+	if (SERVER_URL) return SERVER_URL;
+	const code =
+		'import sys\nfrom tests import dbutil\nprint(dbutil.server_url(), flush=True)\nsys.stdin.read()';
+	embeddedHolder = spawn(PYTHON, ['-c', code], { cwd: REPO, stdio: ['pipe', 'pipe', 'inherit'] });
+	SERVER_URL = await new Promise((resolve, reject) => {
+		let out = '';
+		embeddedHolder.stdout.on('data', (chunk) => {
+			out += chunk;
+			if (out.includes('\n')) resolve(out.trim());
+		});
+		embeddedHolder.once('exit', (code) => reject(new Error(`embedded PostgreSQL: exit ${code}`)));
+	});
+	return SERVER_URL;
+}
+
+async function releaseServer() {
+	if (!embeddedHolder) return;
+	const exited = new Promise((resolve) => embeddedHolder.once('exit', resolve));
+	embeddedHolder.stdin.end();
+	await exited;
+	embeddedHolder = undefined;
+}
 
 async function freePort() {
 	return await new Promise((resolve, reject) => {
@@ -47,9 +71,9 @@ function database(action, name) {
 }
 
 function withDatabase(url, name) {
-	const parsed = new URL(url);
-	parsed.pathname = `/${name}`;
-	return parsed.toString();
+	// dbutil's, which knows the embedded server's socket URLs (no host, ?host=<dir>).
+	const code = 'import sys\nfrom tests import dbutil\nprint(dbutil.with_database(sys.argv[1], sys.argv[2]))';
+	return execFileSync(PYTHON, ['-c', code, url, name], { cwd: REPO, encoding: 'utf8' }).trim();
 }
 
 async function request(base, method, pathname, key, body, headers = {}) {
@@ -74,6 +98,7 @@ async function request(base, method, pathname, key, body, headers = {}) {
 
 async function startSwitchboard() {
 	const name = `sb_n8n_nodes_${crypto.randomBytes(8).toString('hex')}`;
+	await serverUrl();
 	database('create', name);
 	const port = await freePort();
 	const adminKey = crypto.randomBytes(24).toString('base64url');
@@ -148,6 +173,7 @@ async function startSwitchboard() {
 			fs.closeSync(log);
 			database('drop', name);
 			fs.rmSync(dataDir, { recursive: true, force: true });
+			await releaseServer();
 		},
 	};
 	return sb;
@@ -197,6 +223,8 @@ function baseContext(credentials, parameters, extra = {}) {
 		getNode: () => node,
 		getCredentials: async () => credentials,
 		getExecutionId: () => extra.executionId ?? 'execution-1',
+		getInstanceId: () => extra.instanceId ?? 'instance-1',
+		getWorkflow: () => ({ id: 'workflow-1', name: 'Test', active: true }),
 		continueOnFail: () => Boolean(extra.continueOnFail),
 		getNodeParameter: (name, i, fallback) => value(name, i, fallback),
 		helpers: {

@@ -123,6 +123,7 @@ describe('session', () => {
 		await rejects(run(agent, [{}], parameters), '409', /409/);
 		const [item] = await run(agent, [{}], parameters, { continueOnFail: true });
 		assert.equal(item.json.status, 409);
+		assert.equal(item.error.httpCode, '409', 'n8n routes it to the error output by item.error');
 		assert.match(item.json.error, /Switchboard answered 409/);
 		const session = await runOne(agent, { resource: 'session', operation: 'get', sessionId });
 		assert.equal(session.progress_percentage, 40, 'nothing written');
@@ -322,6 +323,8 @@ describe('coordination', () => {
 		const next = await runOne(agent, parameters, { executionId: 'exec-b' });
 		assert.notEqual(next.decision_id, answer.decision_id, 'another execution: a new message');
 		assert.equal(next.session_id, answer.session_id, "the user's session continues");
+		const elsewhere = await runOne(agent, parameters, { executionId: 'exec-a', instanceId: 'instance-2' });
+		assert.notEqual(elsewhere.decision_id, answer.decision_id, 'the same execution id on another n8n');
 	});
 
 	test('two items of one execution are two messages', async () => {

@@ -60,11 +60,15 @@ async function ifMatch(ctx: IExecuteFunctions, sessionId: string, i: number): Pr
 
 /**
  * The Idempotency-Key of a webhook call: the user's, else one per execution, node and item,
- * so n8n's "Retry On Fail" (or a repeat of the same execution) is answered once.
+ * so n8n's "Retry On Fail" (or a repeat of the same execution) is answered once. Execution
+ * ids start again in a new n8n database and repeat across instances, so the instance id (from
+ * the instance's own encryption key) and the workflow id are part of it.
  */
 function idempotencyKey(ctx: IExecuteFunctions, given: string, i: number): string {
 	if (given) return given;
-	return `n8n:${ctx.getExecutionId()}:${ctx.getNode().id ?? ctx.getNode().name}:${i}`;
+	const node = ctx.getNode();
+	const workflow = ctx.getWorkflow().id ?? 'unsaved';
+	return `n8n:${ctx.getInstanceId()}:${workflow}:${ctx.getExecutionId()}:${node.id ?? node.name}:${i}`;
 }
 
 const session: Record<string, Operation> = {
@@ -373,7 +377,8 @@ export class Switchboard implements INodeType {
 					if (httpCode) failure.status = Number(httpCode);
 					const description = (error as { description?: string }).description;
 					if (description) failure.description = description;
-					returnData.push({ json: failure, pairedItem: { item: i } });
+					// `error` routes the item to the error output under "Continue (using error output)".
+					returnData.push({ json: failure, error, pairedItem: { item: i } });
 					continue;
 				}
 				throw error;
