@@ -401,12 +401,15 @@ def run_node_paths(
         _check(updated.get("version") == 2 and updated["progress_percentage"] == 40, f"{updated}")
         _check(updated["session_state"]["active_process"] == "budget_plan", "merged, not replaced")
         stale = call(paths["session-update"], {"id": sid, "version": 1})[0]
-        _check(stale.get("status") == 409 and "409" in stale.get("error", ""), f"stale: {stale}")
+        _check(
+            stale["error"]["status"] == 409 and "409" in stale["error"]["message"],
+            f"stale: {stale}",
+        )
         row = sql(
             db, "SELECT version FROM session_coordination WHERE session_id = $1", uuid.UUID(sid)
         )
         _check(row[0]["version"] == 2, f"the stale write changed the row: {row}")
-        d.append("versions 1 → 2, the stale write is item {status: 409}, row at version 2")
+        d.append("versions 1 → 2, the stale write is item {error: {status: 409}}, row at version 2")
 
     with report.path("nodes: session hand off, list versions, roll back, touch, complete") as d:
         sid = state["session"]
@@ -459,7 +462,7 @@ def run_node_paths(
         _check(gone[0]["n"] == 0, "the memory row is still there")
         invalid = call(paths["memory-store"], {"user": user, "content": "\u0000"})[0]
         _check(
-            invalid.get("status") == 422 and "content" in invalid.get("description", ""),
+            invalid["error"]["status"] == 422 and "content" in invalid["error"]["description"],
             f"{invalid}",
         )
         d.append(
@@ -571,3 +574,96 @@ def run_node_paths(
         d.append(
             "4 messages inserted by one workflow, read back in order by another (another key); 4 session_data memories of one session"
         )
+
+    run_variant_paths(report, n8n, sb, credential, sql)
+
+
+# --------------------------------------------------------------------------- the variants
+
+VARIANTS = ROOT / "n8n-workflows" / "with-nodes"
+
+
+def import_variant(n8n: N8n, file: str, credential: dict[str, str]) -> str:
+    """A shipped variant as the editor imports it: its Switchboard nodes given the credential
+    (what picking "Switchboard API" in each does), saved and published."""
+    workflow = json.loads((VARIANTS / file).read_text())
+    for node in workflow["nodes"]:
+        if "switchboardApi" in node.get("credentials", {}):
+            node["credentials"]["switchboardApi"] = credential
+    body = {k: workflow[k] for k in ("name", "nodes", "connections", "settings")}
+    return n8n.create_workflow(body)
+
+
+def run_variant_paths(
+    report: Report, n8n: N8n, sb: Switchboard, credential: dict[str, str], sql: Any
+) -> None:
+    """The three workflows of n8n-workflows/with-nodes/, imported unchanged but for the
+    credential, called as their README says."""
+    db = sb.database_url
+    user = f"variant-{uuid.uuid4().hex[:8]}"
+
+    with report.path("nodes: variant 11, a chat message and a refused one") as d:
+        import_variant(n8n, "11_agent_coordination_manager.json", credential)
+        response, took = n8n.webhook(
+            "switchboard-chat-nodes",
+            {"user_id": user, "text": "I want to make a budget plan", "channel": "telegram"},
+        )
+        _check(response.status_code == 200, f"{response.status_code} {response.text[:400]}")
+        body = response.json()
+        _check(bool(body.get("response")) and body.get("session_id"), f"reply: {body}")
+        refused, _ = n8n.webhook("switchboard-chat-nodes", {"user_id": user})
+        _check(refused.status_code == 422, f"no text: {refused.status_code} {refused.text[:400]}")
+        _check("text" in refused.text, f"the problem does not name text: {refused.text[:400]}")
+        d.append(f"200 from {body.get('agent')} in {took:.1f} s; no text: 422 naming text")
+
+    with report.path("nodes: variant 12, write, query, read; a refused write") as d:
+        import_variant(n8n, "12_memory_management_agent.json", credential)
+        written, _ = n8n.webhook(
+            "switchboard-memory-nodes",
+            {
+                "action": "write",
+                "user_id": user,
+                "memory_type": "planning",
+                "memory_content": {"goal": "save"},
+            },
+        )
+        _check(written.status_code == 200, f"write: {written.status_code} {written.text[:400]}")
+        memory = written.json()
+        memory = memory[0] if isinstance(memory, list) else memory
+        _check(memory.get("content") == {"goal": "save"}, f"write: {memory}")
+        queried, _ = n8n.webhook("switchboard-memory-nodes", {"action": "query", "user_id": user})
+        found = queried.json() if isinstance(queried.json(), list) else [queried.json()]
+        _check([m.get("memory_id") for m in found] == [memory["memory_id"]], f"query: {found}")
+        read, _ = n8n.webhook(
+            "switchboard-memory-nodes", {"action": "read", "memory_id": memory["memory_id"]}
+        )
+        got = read.json()
+        got = got[0] if isinstance(got, list) else got
+        _check(got.get("memory_id") == memory["memory_id"], f"read: {got}")
+        bad, _ = n8n.webhook(
+            "switchboard-memory-nodes",
+            {
+                "action": "write",
+                "user_id": user,
+                "memory_type": "no_such_type",
+                "memory_content": 1,
+            },
+        )
+        problem = bad.json()
+        problem = problem[0] if isinstance(problem, list) else problem
+        _check(
+            problem["error"]["status"] == 422 and "memory_type" in problem["error"]["description"],
+            f"{problem}",
+        )
+        d.append(
+            "written, found by query, read by id; unknown type: item {error: {status: 422}} naming memory_type"
+        )
+
+    with report.path("nodes: variant 13, `n8n execute --id` runs every cleanup job") as d:
+        workflow_id = import_variant(n8n, "13_session_cleanup_scheduler.json", credential)
+        before = sql(db, "SELECT count(*) AS n FROM job_runs WHERE trigger = 'manual'")[0]["n"]
+        done = n8n.cli("execute", f"--id={workflow_id}")
+        _check(done.returncode == 0, f"n8n execute: {done.stdout[-600:]}{done.stderr[-600:]}")
+        after = sql(db, "SELECT count(*) AS n FROM job_runs WHERE trigger = 'manual'")[0]["n"]
+        _check(after > before, f"no job runs recorded ({before} → {after})")
+        d.append(f"{after - before} job runs recorded")

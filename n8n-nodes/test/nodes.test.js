@@ -122,9 +122,10 @@ describe('session', () => {
 		};
 		await rejects(run(agent, [{}], parameters), '409', /409/);
 		const [item] = await run(agent, [{}], parameters, { continueOnFail: true });
-		assert.equal(item.json.status, 409);
-		assert.equal(item.error.httpCode, '409', 'n8n routes it to the error output by item.error');
-		assert.match(item.json.error, /Switchboard answered 409/);
+		assert.deepEqual(Object.keys(item.json), ['error'], 'one key: what n8n routes to the error output');
+		assert.equal(item.json.error.status, 409);
+		assert.match(item.json.error.message, /Switchboard answered 409/);
+		assert.equal(item.json.error.problem.current_version, 2);
 		const session = await runOne(agent, { resource: 'session', operation: 'get', sessionId });
 		assert.equal(session.progress_percentage, 40, 'nothing written');
 	});
@@ -212,8 +213,8 @@ describe('session', () => {
 			[0, 1, 2],
 		);
 		assert.equal(output[0].json.session_type, 'consultation');
-		assert.equal(output[1].json.status, 422);
-		assert.match(output[1].json.description, /session_type/);
+		assert.equal(output[1].json.error.status, 422);
+		assert.match(output[1].json.error.description, /session_type/);
 		assert.equal(output[2].json.session_type, 'consultation');
 		assert.notEqual(output[0].json.user_id, output[2].json.user_id);
 	});
@@ -264,7 +265,7 @@ describe('memory', () => {
 		assert.equal(replaced.memory_id, created.memory_id);
 		assert.deepEqual(replaced.content, { risk: 'high' });
 		const [refused] = await run(agent, [{}], parameters({ risk: 'x' }, 'new'), { continueOnFail: true });
-		assert.ok([409, 412].includes(refused.json.status), JSON.stringify(refused.json));
+		assert.ok([409, 412].includes(refused.json.error.status), JSON.stringify(refused.json));
 	});
 
 	test('search: filters, contains, Return All and Limit', async () => {

@@ -372,13 +372,17 @@ export class Switchboard implements INodeType {
 				returnData.push(...results.map((json) => ({ json, pairedItem: { item: i } })));
 			} catch (error) {
 				if (this.continueOnFail()) {
-					const failure: IDataObject = { error: (error as Error).message };
+					// As n8n's HTTP Request node does: one key, `error`, an object. One key is also
+					// what n8n routes to the error output under "Continue (using error output)".
+					const failure: IDataObject = { message: (error as Error).message };
 					const httpCode = (error as { httpCode?: string }).httpCode;
 					if (httpCode) failure.status = Number(httpCode);
 					const description = (error as { description?: string }).description;
 					if (description) failure.description = description;
-					// `error` routes the item to the error output under "Continue (using error output)".
-					returnData.push({ json: failure, error, pairedItem: { item: i } });
+					// Switchboard's problem+json as sent (a failed cleanup lists its jobs there).
+					const problem = (error as { errorResponse?: IDataObject }).errorResponse;
+					if (httpCode && problem && typeof problem === 'object') failure.problem = problem;
+					returnData.push({ json: { error: failure }, pairedItem: { item: i } });
 					continue;
 				}
 				throw error;
