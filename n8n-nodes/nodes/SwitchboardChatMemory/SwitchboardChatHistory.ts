@@ -109,7 +109,7 @@ export class SwitchboardChatMessageHistory extends BaseListChatMessageHistory {
 		const conversation = await this.resolve();
 		const stored = mapChatMessagesToStoredMessages(messages);
 		const now = Date.now() * 1000;
-		// One request, all or nothing: a human message and its answer are kept together.
+		// Messages added together go in one request, all or nothing.
 		const body = stored.map((message, index) => ({
 			user_id: conversation.userId,
 			session_id: conversation.sessionId,
