@@ -437,6 +437,20 @@ describe('chat memory', () => {
 		assert.ok(stored.body.items.every((m) => m.user_id === session.user_id));
 	});
 
+	test("a Chat Trigger's UUID that names no Switchboard session is a chat key", async () => {
+		const chat = { sessionId: crypto.randomUUID() };
+		const parameters = { sessionIdType: 'fromInput', sessionKey: '', contextWindowLength: 5 };
+		const memory = await supply(agent, parameters, chat);
+		await memory.saveContext({ input: 'ping' }, { output: 'pong' });
+		const again = await supply(manager, parameters, chat);
+		assert.deepEqual(
+			(await again.chatHistory.getMessages()).map((m) => m.content),
+			['ping', 'pong'],
+		);
+		const users = await sb.request('GET', `/v1/users?external_ref=n8n-chat:${chat.sessionId}`, sb.adminKey);
+		assert.equal(users.status, 200, JSON.stringify(users.body));
+	});
+
 	test('no session id is a node error naming it', async () => {
 		await assert.rejects(supply(agent, { sessionIdType: 'fromInput', sessionKey: '', contextWindowLength: 5 }, {}), /No session ID/);
 	});

@@ -1,7 +1,7 @@
 import { BaseListChatMessageHistory } from '@langchain/core/chat_history';
 import type { BaseMessage, StoredMessage } from '@langchain/core/messages';
 import { mapChatMessagesToStoredMessages, mapStoredMessagesToChatMessages } from '@langchain/core/messages';
-import type { IDataObject } from 'n8n-workflow';
+import type { IDataObject, NodeApiError } from 'n8n-workflow';
 
 import type { SwitchboardContext } from '../Switchboard/GenericFunctions';
 import { isUuid, switchboardApi, switchboardList, userId } from '../Switchboard/GenericFunctions';
@@ -22,14 +22,16 @@ export interface ChatHistoryOptions {
 interface Conversation {
 	sessionId: string;
 	userId: string;
+	/** The key is a Switchboard session's ID: the conversation is that session's. */
+	named: boolean;
 }
 
 /**
  * A conversation kept in Switchboard. Each message is one memory of the session (category
  * `session_data` by default: current conversation context, readable by all agents, 24 h
  * retention), its content `{"n8n_chat": {"session_key", "position", "message"}}` where
- * `message` is LangChain's stored form. A key that is a Switchboard session ID is that
- * session; any other key is the conversation of the user `n8n-chat:<key>`, in that user's
+ * `message` is LangChain's stored form. A key that is a Switchboard session's ID is that
+ * session; any other key (a UUID that names no session included) is the conversation of the user `n8n-chat:<key>`, in that user's
  * newest open session (one is opened when there is none), so every workflow and agent that
  * uses the same key shares one conversation under Switchboard's access rules and retention.
  */
@@ -50,9 +52,17 @@ export class SwitchboardChatMessageHistory extends BaseListChatMessageHistory {
 		if (this.conversation) return this.conversation;
 		const key = this.options.sessionKey;
 		if (isUuid(key)) {
-			const session = await switchboardApi.call(this.ctx, { method: 'GET', path: `/v1/sessions/${key}` });
-			this.conversation = { sessionId: key, userId: String(session.user_id) };
-			return this.conversation;
+			// n8n's Chat Trigger makes UUIDs too: a UUID that is no session is a chat key.
+			const session = await switchboardApi
+				.call(this.ctx, { method: 'GET', path: `/v1/sessions/${key}` })
+				.catch((error: NodeApiError) => {
+					if (error.httpCode === '404') return undefined;
+					throw error;
+				});
+			if (session) {
+				this.conversation = { sessionId: key, userId: String(session.user_id), named: true };
+				return this.conversation;
+			}
 		}
 		const user = await userId.call(this.ctx, `${CHAT_USER_PREFIX}${key}`);
 		const page = await switchboardApi.call(this.ctx, {
@@ -62,7 +72,7 @@ export class SwitchboardChatMessageHistory extends BaseListChatMessageHistory {
 		});
 		const open = ((page.items as IDataObject[]) ?? []).find((s) => s.status !== 'completed');
 		if (open) {
-			this.conversation = { sessionId: String(open.session_id), userId: user };
+			this.conversation = { sessionId: String(open.session_id), userId: user, named: false };
 			return this.conversation;
 		}
 		const created = await switchboardApi.call(this.ctx, {
@@ -70,7 +80,7 @@ export class SwitchboardChatMessageHistory extends BaseListChatMessageHistory {
 			path: '/v1/sessions',
 			body: { user_id: user, session_type: this.options.sessionType },
 		});
-		this.conversation = { sessionId: String(created.session_id), userId: user };
+		this.conversation = { sessionId: String(created.session_id), userId: user, named: false };
 		return this.conversation;
 	}
 
@@ -81,7 +91,7 @@ export class SwitchboardChatMessageHistory extends BaseListChatMessageHistory {
 			contains: JSON.stringify({ n8n_chat: { session_key: this.options.sessionKey } }),
 		};
 		// A named session holds the conversation; a chat key's user holds it across sessions.
-		if (isUuid(this.options.sessionKey)) qs.session_id = conversation.sessionId;
+		if (conversation.named) qs.session_id = conversation.sessionId;
 		else qs.user_id = conversation.userId;
 		const newestFirst = await switchboardList.call(
 			this.ctx,
