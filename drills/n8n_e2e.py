@@ -14,12 +14,14 @@ message valid, invalid (Switchboard's 422 passed through, not retried), and thro
 workflow; memory writes valid, invalid, refused by Switchboard, over 1 MB in UTF-8 bytes,
 several items through another workflow; cleanup with ``n8n execute --id``, a rerun within
 the hour, a failed job (the execution fails; the alert is posted when configured); and
-Switchboard unreachable (degraded chat answer, 502, failed cleanup).
+Switchboard unreachable (degraded chat answer, 502, failed cleanup). Then, with Switchboard
+started again, the n8n node package (n8n-nodes/, installed into n8n before it starts):
+drills/n8n_nodes_e2e.py.
 
-    .venv/bin/python -m drills.n8n_e2e [--record] [--keep]
+    .venv/bin/python -m drills.n8n_e2e [--record] [--keep] [--only workflows|nodes]
 
---record writes the run's summary into n8n-workflows/README.md (between the n8n-e2e
-markers); --keep leaves the temporary folder and the database for a look afterwards.
+--record writes the run's summary into n8n-workflows/README.md and n8n-nodes/README.md
+(between the n8n-e2e markers); --keep leaves the temporary folder and the database for a look afterwards.
 Talks only to 127.0.0.1 (and to the npm registry for the first install).
 """
 
@@ -982,10 +984,14 @@ def main() -> int:
             print(f"imported, edited and published: {ids}", flush=True)
         else:
             n8n.start()
-        if nodes:
-            run_node_paths(report, n8n, sb, key, sb.env["SWITCHBOARD_ADMIN_KEY"], sql)
         if workflows:
-            run_paths(report, n8n, sb, ids)  # ends with Switchboard stopped: run last
+            # First: its checks count the cleanup webhook's keys and stored answers, which
+            # the node paths' job runs would add to. It ends with Switchboard stopped.
+            run_paths(report, n8n, sb, ids)
+        if nodes:
+            if sb.process is None or sb.process.poll() is not None:
+                sb.start()
+            run_node_paths(report, n8n, sb, key, sb.env["SWITCHBOARD_ADMIN_KEY"], sql)
     finally:
         n8n.stop()
         sb.stop()
