@@ -103,8 +103,8 @@ WITH live AS (
 SELECT (SELECT count(*) FROM live) AS memories, (SELECT count(*) FROM archived) AS memory_archive
 
 -- name: delete_user
--- The user with their sessions, each session's history and decisions, and their archived
--- sessions. The children are deleted by name, not left to ON DELETE CASCADE, so each
+-- The user with their sessions, each session's history, decisions and branches (with
+-- their versions), and their archived sessions. The children are deleted by name, not left to ON DELETE CASCADE, so each
 -- table's count is what this statement removed.
 WITH decisions AS (
     DELETE FROM coordination_decisions d
@@ -115,6 +115,16 @@ WITH decisions AS (
     DELETE FROM session_state_versions v
     USING session_coordination s
     WHERE s.session_id = v.session_id AND s.user_id = $1
+    RETURNING 1
+), branch_versions AS (
+    DELETE FROM session_branch_versions v
+    USING session_coordination s
+    WHERE s.session_id = v.session_id AND s.user_id = $1
+    RETURNING 1
+), branches AS (
+    DELETE FROM session_branches b
+    USING session_coordination s
+    WHERE s.session_id = b.session_id AND s.user_id = $1
     RETURNING 1
 ), sessions AS (
     DELETE FROM session_coordination WHERE user_id = $1 RETURNING 1
@@ -127,6 +137,8 @@ SELECT (SELECT count(*) FROM gone) AS users,
        (SELECT count(*) FROM sessions) AS session_coordination,
        (SELECT count(*) FROM versions) AS session_state_versions,
        (SELECT count(*) FROM decisions) AS coordination_decisions,
+       (SELECT count(*) FROM branches) AS session_branches,
+       (SELECT count(*) FROM branch_versions) AS session_branch_versions,
        (SELECT count(*) FROM archived) AS session_archive
 
 -- name: record_erasure

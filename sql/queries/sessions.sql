@@ -49,6 +49,8 @@ SELECT * FROM session_coordination WHERE session_id = $1 FOR UPDATE
 -- back: the session is no longer at version $2. $13 changed_by, $14 change_reason,
 -- $15 the decision as a coordination_decisions row in JSON, or NULL; its session_version
 -- and created_at are the version written here.
+-- $16 merge base, $17 merged branch, $18 merged branch version: NULL unless the write was
+-- merged (an auto-merged write, a branch merge).
 WITH updated AS (
     UPDATE session_coordination
     SET session_state = $3,
@@ -67,7 +69,7 @@ WITH updated AS (
     RETURNING *
 ), recorded AS (
     INSERT INTO session_state_versions
-    SELECT v.* FROM updated u, session_version(u, $13, $14, $12) v
+    SELECT v.* FROM updated u, session_version(u, $13, $14, $12, $16, $17, $18) v
 ), decided AS (
     INSERT INTO coordination_decisions (
         session_id, session_version, message, context_flags, classifier, intents,

@@ -61,6 +61,8 @@ async def test_delete_cascades_to_sessions_and_their_history(client: httpx.Async
             "session_coordination": 2,
             "session_state_versions": 3,  # the first session's two, the second's one
             "coordination_decisions": 0,
+            "session_branches": 0,
+            "session_branch_versions": 0,
             "session_archive": 0,
             "memories": 0,
             "memory_archive": 0,
