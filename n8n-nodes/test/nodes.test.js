@@ -130,17 +130,41 @@ describe('session', () => {
 		assert.equal(session.progress_percentage, 40, 'nothing written');
 	});
 
+	test('a stale write to other paths is merged three-way when asked (Prefer: merge=auto)', async () => {
+		const stale = {
+			resource: 'session',
+			operation: 'update',
+			sessionId,
+			versionCheck: 'version',
+			baseVersion: 1,
+			updateFields: { priority: 'urgent' }, // version 2 changed progress and state only
+		};
+		await rejects(run(agent, [{}], { ...stale, staleWrite: 'strict' }), '409');
+		const merged = await runOne(agent, { ...stale, staleWrite: 'auto' });
+		assert.equal(merged.version, 3);
+		assert.equal(merged.priority, 'urgent');
+		assert.equal(merged.progress_percentage, 40, "version 2's change is kept");
+		const back = await runOne(agent, {
+			resource: 'session',
+			operation: 'update',
+			sessionId,
+			versionCheck: 'any',
+			updateFields: { priority: 'high' },
+		});
+		assert.equal(back.version, 4);
+	});
+
 	test('replace mode drops the state keys it does not name', async () => {
 		const replaced = await runOne(agent, {
 			resource: 'session',
 			operation: 'update',
 			sessionId,
 			versionCheck: 'version',
-			baseVersion: 2,
+			baseVersion: 4,
 			mergeMode: 'replace',
 			updateFields: { sessionState: '{"active_process": "budget_plan_v2"}' },
 		});
-		assert.equal(replaced.version, 3);
+		assert.equal(replaced.version, 5);
 		assert.equal(replaced.session_state.active_process, 'budget_plan_v2');
 		assert.deepEqual(replaced.session_state.agent_outputs, {}, 'removed: back to its empty default');
 	});
@@ -156,7 +180,7 @@ describe('session', () => {
 			handoffFields: { outputSummary: 'draft plan' },
 		});
 		assert.equal(handed.current_agent, 'Educate_Customer_Agent');
-		assert.equal(handed.version, 4);
+		assert.equal(handed.version, 6);
 		await rejects(
 			run(agent, [{}], { resource: 'session', operation: 'handoff', sessionId, toAgent: 'Nobody_Agent', reason: 'x' }),
 			'422',
@@ -168,23 +192,23 @@ describe('session', () => {
 		const all = await run(agent, [{}], { resource: 'session', operation: 'listVersions', sessionId, returnAll: true });
 		assert.deepEqual(
 			all.map((item) => item.json.version),
-			[4, 3, 2, 1],
+			[6, 5, 4, 3, 2, 1],
 		);
 		const two = await run(agent, [{}], { resource: 'session', operation: 'listVersions', sessionId, returnAll: false, limit: 2 });
 		assert.deepEqual(
 			two.map((item) => item.json.version),
-			[4, 3],
+			[6, 5],
 		);
 		assert.ok(two.every((item) => item.pairedItem.item === 0));
 	});
 
 	test('roll back to version 2 (a new version), touch, complete', async () => {
 		const rolled = await runOne(agent, { resource: 'session', operation: 'rollback', sessionId, toVersion: 2 });
-		assert.equal(rolled.version, 5);
+		assert.equal(rolled.version, 7);
 		assert.equal(rolled.progress_percentage, 40);
 		assert.deepEqual(rolled.session_state.agent_outputs, { N8n_Test_Agent: { draft: 1 } });
 		const touched = await runOne(agent, { resource: 'session', operation: 'touch', sessionId });
-		assert.equal(touched.version, 5, 'a heartbeat is not a version');
+		assert.equal(touched.version, 7, 'a heartbeat is not a version');
 		const completed = await runOne(agent, {
 			resource: 'session',
 			operation: 'complete',

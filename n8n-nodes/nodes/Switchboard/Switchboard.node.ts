@@ -58,6 +58,14 @@ async function ifMatch(ctx: IExecuteFunctions, sessionId: string, i: number): Pr
 	return `"${String(session.version)}"`;
 }
 
+/** The If-Match of a session write, and its Prefer: merge=… when one is chosen. */
+function writeHeaders(ctx: IExecuteFunctions, match: string, i: number): IDataObject {
+	const headers: IDataObject = { 'If-Match': match };
+	const stale = parameter<string>(ctx, 'staleWrite', i, 'server');
+	if (stale === 'auto' || stale === 'strict') headers.Prefer = `merge=${stale}`;
+	return headers;
+}
+
 /**
  * The Idempotency-Key of a webhook call: the user's, else one per execution, node and item,
  * so n8n's "Retry On Fail" (or a repeat of the same execution) is answered once. Execution
@@ -126,7 +134,7 @@ const session: Record<string, Operation> = {
 			path: `/v1/sessions/${id}`,
 			body: patch,
 			contentType: 'application/merge-patch+json',
-			headers: { 'If-Match': match },
+			headers: writeHeaders(this, match, i),
 			itemIndex: i,
 		});
 	},
@@ -136,7 +144,7 @@ const session: Record<string, Operation> = {
 		const body: IDataObject = { to_agent: parameter<string>(this, 'toAgent', i), reason: parameter<string>(this, 'reason', i) };
 		if (fields.outcome) body.outcome = fields.outcome;
 		if (fields.outputSummary) body.output_summary = fields.outputSummary;
-		const headers = { 'If-Match': await ifMatch(this, id, i) };
+		const headers = writeHeaders(this, await ifMatch(this, id, i), i);
 		return await switchboardApi.call(this, { method: 'POST', path: `/v1/sessions/${id}/handoff`, body, headers, itemIndex: i });
 	},
 	async complete(i) {

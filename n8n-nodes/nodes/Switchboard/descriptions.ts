@@ -210,6 +210,33 @@ export const sessionProperties: INodeProperties[] = [
 	sessionId(['get', 'update', 'handoff', 'complete', 'touch', 'listVersions', 'rollback']),
 	...versionCheck(['update', 'handoff', 'complete', 'rollback']),
 	{
+		displayName: 'Stale Write',
+		name: 'staleWrite',
+		type: 'options',
+		default: 'server',
+		description:
+			'What Switchboard does with a write based on an older version than the current one (Prefer: merge=…)',
+		displayOptions: on('session', ['update', 'handoff']),
+		options: [
+			{
+				name: "Switchboard's Default",
+				value: 'server',
+				description: 'No preference sent: SWITCHBOARD_SESSION_MERGE_DEFAULT decides (strict unless set)',
+			},
+			{
+				name: 'Refuse (409)',
+				value: 'strict',
+				description: 'Prefer: merge=strict: a stale write is a 409 with the current session',
+			},
+			{
+				name: 'Merge Three-Way',
+				value: 'auto',
+				description:
+					'Prefer: merge=auto: merged with what happened since when the two changed different paths; the same path changed differently is a 409 listing it',
+			},
+		],
+	},
+	{
 		displayName: 'Merge Mode',
 		name: 'mergeMode',
 		type: 'options',
