@@ -7,7 +7,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.switchboard-installed
 
-.PHONY: run test lint format migrate install clean-data help bench bench-quick drills n8n-e2e
+.PHONY: run test lint format migrate install clean-data help bench bench-quick drills n8n-e2e n8n-nodes
 
 help:
 	@echo "make run     serve the API (and scheduler) on \$${SWITCHBOARD_HOST:-127.0.0.1}:\$${SWITCHBOARD_PORT:-8080}"
@@ -16,7 +16,8 @@ help:
 	@echo "make migrate apply migrations to SWITCHBOARD_DATABASE_URL (or the embedded server)"
 	@echo "make bench   benchmarks against their ceilings (bench-quick: under 2 minutes)"
 	@echo "make drills  fault drills (own embedded PostgreSQL, bounded, 127.0.0.1 only)"
-	@echo "make n8n-e2e the n8n workflows in a real n8n (npm installs it once into ~/.cache/switchboard)"
+	@echo "make n8n-e2e the n8n workflows and nodes in a real n8n (npm installs it once into ~/.cache/switchboard)"
+	@echo "make n8n-nodes the n8n node package: npm ci, build, lint, tests against a live Switchboard"
 
 # Checked on every run by scripts/venv.sh: CPython 3.11 through 3.14 (else a one-line message
 # naming the range and PYTHON=...), a venv built by another Python than a chosen PYTHON is
@@ -58,8 +59,14 @@ drills: $(STAMP)
 	$(BIN)/python -m drills.kill_during_sweep
 	$(BIN)/python -m drills.kill_during_webhook_writes
 	$(BIN)/python -m drills.three_replicas_one_day
+	$(BIN)/python -m drills.task_queue
 	$(BIN)/python -m drills.fuzz
 	$(BIN)/python -m drills.header_flood
+
+# The n8n community node package (n8n-nodes/): its tests start a live Switchboard from this venv
+# on the suite's PostgreSQL (SWITCHBOARD_TEST_DATABASE_URL, else the embedded one).
+n8n-nodes: $(STAMP)
+	cd n8n-nodes && npm ci --no-audit --no-fund && npm run build && npm run lint && npm test
 
 # Not part of `make test`: installs n8n with npm (once, minutes) and runs it. N8N_E2E_ARGS=--record
 # writes the run into n8n-workflows/README.md.

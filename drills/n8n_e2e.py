@@ -14,12 +14,14 @@ message valid, invalid (Switchboard's 422 passed through, not retried), and thro
 workflow; memory writes valid, invalid, refused by Switchboard, over 1 MB in UTF-8 bytes,
 several items through another workflow; cleanup with ``n8n execute --id``, a rerun within
 the hour, a failed job (the execution fails; the alert is posted when configured); and
-Switchboard unreachable (degraded chat answer, 502, failed cleanup).
+Switchboard unreachable (degraded chat answer, 502, failed cleanup). Then, with Switchboard
+started again, the n8n node package (n8n-nodes/, installed into n8n before it starts):
+drills/n8n_nodes_e2e.py.
 
-    .venv/bin/python -m drills.n8n_e2e [--record] [--keep]
+    .venv/bin/python -m drills.n8n_e2e [--record] [--keep] [--only workflows|nodes]
 
---record writes the run's summary into n8n-workflows/README.md (between the n8n-e2e
-markers); --keep leaves the temporary folder and the database for a look afterwards.
+--record writes the run's summary into n8n-workflows/README.md and n8n-nodes/README.md
+(between the n8n-e2e markers); --keep leaves the temporary folder and the database for a look afterwards.
 Talks only to 127.0.0.1 (and to the npm registry for the first install).
 """
 
@@ -54,6 +56,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.serve import free_port  # noqa: E402
+from drills.n8n_nodes_e2e import NODES_README, install_package, run_node_paths  # noqa: E402
 from tests import dbutil  # noqa: E402
 from tests.agent_server import AgentServer  # noqa: E402
 
@@ -255,6 +258,8 @@ class N8n:
             "N8N_PERSONALIZATION_ENABLED": "false",
             "N8N_SECURE_COOKIE": "false",  # the editor's cookie over plain http on 127.0.0.1
             "N8N_LOG_LEVEL": "info",
+            # The address the Switchboard Trigger subscribes (localhost may resolve to ::1).
+            "WEBHOOK_URL": f"http://127.0.0.1:{self.port}/",
             "NODE_ENV": "production",
             "GENERIC_TIMEZONE": "UTC",
         }
@@ -897,34 +902,44 @@ def set_up(n8n: N8n, sb: Switchboard, key: str, tmp: Path) -> dict[str, str]:
     return ids
 
 
-def record(report: Report, started: dt.datetime, seconds: float, postgres: str) -> None:
-    """The run's summary into n8n-workflows/README.md, between the n8n-e2e markers."""
+def record(
+    report: Report, started: dt.datetime, seconds: float, postgres: str, readme: Path = README
+) -> None:
+    """The run's summary into a README (n8n-workflows/ for the workflows' paths, n8n-nodes/
+    for the nodes' paths), between the n8n-e2e markers."""
+    checks = [c for c in report.checks if c.name.startswith("nodes:") == (readme == NODES_README)]
     rows = "\n".join(
-        f"| {c.name} | {'pass' if c.ok else '**FAIL**'} | {c.detail} |" for c in report.checks
+        f"| {c.name} | {'pass' if c.ok else '**FAIL**'} | {c.detail} |" for c in checks
     )
     node = subprocess.run(["node", "--version"], capture_output=True, text=True).stdout.strip()
     block = (
         f"Last run: {started:%Y-%m-%d %H:%M} UTC, n8n {N8N_VERSION} (community edition, no "
         f"licence), PostgreSQL {postgres}, Node.js {node}: "
-        f"{sum(c.ok for c in report.checks)} of {len(report.checks)} paths passed, "
+        f"{sum(c.ok for c in checks)} of {len(checks)} paths passed, "
         f"{seconds:.0f} s in all (n8n already installed in the cache).\n\n"
         "| Path | Result | What was seen |\n|---|---|---|\n" + rows
     )
-    text = README.read_text()
+    text = readme.read_text()
     begin, end = "<!-- n8n-e2e:begin -->", "<!-- n8n-e2e:end -->"
     if begin not in text or end not in text:
-        raise SystemExit(f"{README} has no {begin} ... {end} markers")
+        raise SystemExit(f"{readme} has no {begin} ... {end} markers")
     head, rest = text.split(begin, 1)
     _, tail = rest.split(end, 1)
-    README.write_text(f"{head}{begin}\n{block}\n{end}{tail}")
-    print(f"recorded in {README.relative_to(ROOT)}")
+    readme.write_text(f"{head}{begin}\n{block}\n{end}{tail}")
+    print(f"recorded in {readme.relative_to(ROOT)}")
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--record", action="store_true", help="write the summary to the README")
     parser.add_argument("--keep", action="store_true", help="keep the temp folder and database")
+    parser.add_argument(
+        "--only",
+        choices=("workflows", "nodes"),
+        help="only the shipped workflows' paths, or only the node package's",
+    )
     args = parser.parse_args()
+    workflows, nodes = args.only in (None, "workflows"), args.only in (None, "nodes")
     started, t0 = dt.datetime.now(dt.UTC), time.monotonic()
 
     binary = install_n8n()
@@ -961,9 +976,22 @@ def main() -> int:
         registered = agents.register(sb.url, sb.env["SWITCHBOARD_ADMIN_KEY"])
         print(f"agents {', '.join(registered)} answer from {agents.server.url}", flush=True)
         print(f"switchboard on {sb.url}, database {database}; n8n on {n8n.url}", flush=True)
-        ids = set_up(n8n, sb, key, tmp)
-        print(f"imported, edited and published: {ids}", flush=True)
-        run_paths(report, n8n, sb, ids)
+        if nodes:
+            version = install_package(n8n.folder)
+            print(f"n8n-nodes-switchboard {version} installed into {n8n.folder}", flush=True)
+        if workflows:
+            ids = set_up(n8n, sb, key, tmp)
+            print(f"imported, edited and published: {ids}", flush=True)
+        else:
+            n8n.start()
+        if workflows:
+            # First: its checks count the cleanup webhook's keys and stored answers, which
+            # the node paths' job runs would add to. It ends with Switchboard stopped.
+            run_paths(report, n8n, sb, ids)
+        if nodes:
+            if sb.process is None or sb.process.poll() is not None:
+                sb.start()
+            run_node_paths(report, n8n, sb, key, sb.env["SWITCHBOARD_ADMIN_KEY"], sql)
     finally:
         n8n.stop()
         sb.stop()
@@ -978,7 +1006,10 @@ def main() -> int:
     passed = sum(c.ok for c in report.checks)
     print(f"\n{passed} passed, {len(report.checks) - passed} failed in {seconds:.0f} s")
     if args.record:
-        record(report, started, seconds, postgres)
+        if workflows:
+            record(report, started, seconds, postgres)
+        if nodes:
+            record(report, started, seconds, postgres, NODES_README)
     return 0 if report.ok and report.checks else 1
 
 

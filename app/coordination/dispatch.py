@@ -8,8 +8,9 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import httpx
 import orjson
@@ -36,6 +37,9 @@ from app.sessions.schemas import Session
 # (1 MiB of memory content and 64 KiB around it), the most a client may send the other way.
 DEFAULT_MAX_ANSWER_BYTES = 1024 * 1024 + 64 * 1024
 DEFAULT_REPAIR_MAX_BYTES = 64 * 1024
+# The reason of an answer that is not (repairable) JSON or not the response format: not
+# retried within a call, but a durable task's next attempt may get a good one.
+MALFORMED_ANSWER = "agent answered malformed JSON"
 
 
 class AgentCallFailed(Exception):
@@ -149,7 +153,21 @@ class AgentClient:
             await asyncio.sleep(pause)
         return CallResult(None, attempts, error, _ms_since(started))
 
-    async def _post(self, url: str, request: AgentRequest) -> Answer:
+    async def attempt(
+        self,
+        agent: Agent,
+        breaker: AsyncCircuitBreaker,
+        request: AgentRequest | Mapping[str, Any],
+    ) -> Answer:
+        """One HTTP attempt through the agent's breaker within its timeout, without the
+        in-call retries: a durable task's retries replace them (app/tasks/agent_call.py).
+        Raises ``BreakerOpen`` (nothing sent), ``TimeoutError`` or ``AgentCallFailed``."""
+        url = agent.url
+        if not url:
+            raise AgentCallFailed("agent has no url configured", retryable=False)
+        return await breaker.call(lambda: self._post(url, request), timeout=agent.timeout_ms / 1000)
+
+    async def _post(self, url: str, request: AgentRequest | Mapping[str, Any]) -> Answer:
         try:
             # The trace context (traceparent) is set by the client's instrumentation.
             async with self._http.stream(
@@ -179,7 +197,7 @@ class AgentClient:
         try:
             response = AgentResponse.model_validate(value)
         except ValidationError:
-            raise AgentCallFailed("agent answered malformed JSON", retryable=False) from None
+            raise AgentCallFailed(MALFORMED_ANSWER, retryable=False) from None
         if not response.success:
             details = response.error_details
             reason = (details.message or details.code) if details else None
@@ -218,13 +236,13 @@ class AgentClient:
                 f"agent answered values that cannot be stored ({fields})", retryable=False
             ) from None
         except TooDeeplyNested:
-            raise AgentCallFailed("agent answered malformed JSON", retryable=False) from None
+            raise AgentCallFailed(MALFORMED_ANSWER, retryable=False) from None
         except MalformedJson:
             pass
         # Off the event loop: other requests go on while a long answer is repaired.
         repaired = await asyncio.to_thread(repair_answer, body, self._repair_max_bytes)
         if repaired is None:
-            raise AgentCallFailed("agent answered malformed JSON", retryable=False)
+            raise AgentCallFailed(MALFORMED_ANSWER, retryable=False)
         return repaired.value, repaired.kind
 
 

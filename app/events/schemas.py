@@ -17,9 +17,16 @@ EVENT_TYPES = (
     "session.archived",
     "session.restored",
     "memory.purged",
+    # A durable task failed for good (app/tasks/; written by agent_task_dead_lettered).
+    "task.dead_lettered",
 )
 EventType = Literal[
-    "session.expiring", "session.expired", "session.archived", "session.restored", "memory.purged"
+    "session.expiring",
+    "session.expired",
+    "session.archived",
+    "session.restored",
+    "memory.purged",
+    "task.dead_lettered",
 ]
 
 

@@ -248,6 +248,7 @@ _PLAIN_AGENT_WITH_A_MALFORMED_BODY = {
     ("POST", "/webhooks/n8n/coordination"): 400,
     ("POST", "/webhooks/n8n/memory"): 400,
     ("POST", "/webhooks/n8n/cleanup"): 403,  # needs the coordination_manager role
+    ("POST", "/v1/tasks"): 400,  # any agent may submit a task
 }
 
 

@@ -70,6 +70,9 @@ async def test_delete_cascades_to_sessions_and_their_history(client: httpx.Async
             "idempotency_keys": 0,
             "outbox_events": 0,
             "event_deliveries": 0,
+            "agent_tasks": 0,
+            "agent_task_transitions": 0,
+            "dead_letters": 0,
         },
         "redacted": {"memory_access_log": 0, "job_runs": 0},
     }

@@ -499,3 +499,151 @@ def test_cleanup_failures_are_reported_and_a_failed_job_is_retried() -> None:
     assert run_code(code, [answer(500, failed_body)], nodes=nodes)[0]["again"] is True
     forbidden = run_code(code, [answer(403, problem(403))], nodes=nodes)[0]
     assert (forbidden["ok"], forbidden["again"], forbidden["failed"]) == (False, False, ["cleanup"])
+
+
+# -- the variants built on the Switchboard nodes (n8n-workflows/with-nodes/, issue 23) ------
+
+VARIANTS = sorted((PROJECT_ROOT / "n8n-workflows" / "with-nodes").glob("*.json"))
+PACKAGE = PROJECT_ROOT / "n8n-nodes"
+SWITCHBOARD_NODE = "n8n-nodes-switchboard.switchboard"
+# What the variants use besides the package's node (n8n 2.8 ships all of them).
+VARIANT_KNOWN = {
+    **KNOWN,
+    "n8n-nodes-base.switch": 3.2,
+    SWITCHBOARD_NODE: 1,
+}
+
+
+def variant(file: str) -> dict[str, Any]:
+    return load(f"with-nodes/{file}")
+
+
+def package_values() -> set[str]:
+    """Every option value the Switchboard node's description offers (resources, operations,
+    choices), read from its source."""
+    source = (PACKAGE / "nodes" / "Switchboard" / "descriptions.ts").read_text(encoding="utf-8")
+    return set(re.findall(r"value: '([A-Za-z]+)'", source))
+
+
+def test_each_shipped_workflow_has_a_variant_with_the_same_file_name() -> None:
+    assert [p.name for p in VARIANTS] == [p.name for p in WORKFLOWS]
+    for path in VARIANTS:
+        assert variant(path.name)["name"] == f"{load(path.name)['name']} (Switchboard nodes)"
+
+
+@pytest.mark.parametrize("path", VARIANTS, ids=lambda p: p.name)
+def test_variant_structure(path: Path) -> None:
+    workflow = variant(path.name)
+    nodes = workflow["nodes"]
+    names = [node["name"] for node in nodes]
+    assert len(set(names)) == len(names), "node names must be unique"
+    assert len({node["id"] for node in nodes}) == len(nodes), "node ids must be unique"
+    for node in nodes:
+        uuid.UUID(node["id"])
+        assert node["type"] in VARIANT_KNOWN, node["type"]
+        assert node["typeVersion"] == VARIANT_KNOWN[node["type"]], node["name"]
+    connected: set[str] = set()
+    for source, outputs in workflow["connections"].items():
+        assert source in names, f"connection from unknown node {source}"
+        for branch in outputs["main"]:
+            for target in branch:
+                assert target["node"] in names, f"connection to unknown node {target['node']}"
+                connected.add(target["node"])
+    for node in nodes:
+        if node["type"] not in TRIGGERS and node["type"] != "n8n-nodes-base.stickyNote":
+            assert node["name"] in connected, f"{node['name']} is never reached"
+    assert workflow["settings"]["executionOrder"] == "v1"
+
+
+@pytest.mark.parametrize("path", VARIANTS, ids=lambda p: p.name)
+def test_variants_reach_switchboard_only_through_its_nodes(path: Path) -> None:
+    """No address to edit and no HTTP Request to Switchboard: the credential names the
+    server; each Switchboard node asks for an operation the package has."""
+    workflow = variant(path.name)
+    offered = package_values()
+    calls = [n for n in workflow["nodes"] if n["type"] == SWITCHBOARD_NODE]
+    assert calls, "a variant uses the Switchboard node"
+    for node in calls:
+        assert node["credentials"] == {
+            "switchboardApi": {"id": "switchboardApi", "name": "Switchboard API"}
+        }
+        assert node["parameters"]["resource"] in offered, node["name"]
+        assert node["parameters"]["operation"] in offered, node["name"]
+        assert node.get("onError") in {"continueErrorOutput", "continueRegularOutput"}, (
+            f"{node['name']}: a refused item must not stop the others"
+        )
+    text = json.dumps(workflow)
+    assert "switchboard_url" not in text
+    assert DEFAULT_URL not in text
+    for node in workflow["nodes"]:
+        if node["type"] == "n8n-nodes-base.httpRequest":  # only the cleanup's alert
+            assert "alert_url" in node["parameters"]["url"], node["name"]
+
+
+@pytest.mark.parametrize("path", VARIANTS, ids=lambda p: p.name)
+def test_variants_have_the_triggers_of_their_http_twin_on_paths_of_their_own(path: Path) -> None:
+    """Both variants may be published on one n8n: same triggers, other webhook paths."""
+    twin, workflow = load(path.name), variant(path.name)
+
+    def triggers(w: dict[str, Any]) -> set[str]:
+        return {n["type"] for n in w["nodes"] if n["type"] in TRIGGERS}
+
+    def paths(w: dict[str, Any]) -> set[str]:
+        return {
+            n["parameters"]["path"] for n in w["nodes"] if n["type"] == "n8n-nodes-base.webhook"
+        }
+
+    assert triggers(workflow) == triggers(twin)
+    assert paths(workflow) == {f"{p}-nodes" for p in paths(twin)}
+    for node in workflow["nodes"]:
+        if node["type"] == "n8n-nodes-base.webhook":
+            uuid.UUID(node["webhookId"])
+            assert node["parameters"]["responseMode"] == "responseNode"
+
+
+def test_the_chat_variant_answers_switchboards_problem_from_the_error_output() -> None:
+    workflow = variant(CHAT)
+    coordinate = nodes_by_name(workflow)["Coordinate via Switchboard"]
+    assert coordinate["onError"] == "continueErrorOutput"
+    assert targets(workflow, "Coordinate via Switchboard", 0) == [("Reply", 0)]
+    assert targets(workflow, "Coordinate via Switchboard", 1) == [("Problem", 0)]
+    assert targets(workflow, "Problem") == [("Reply Problem", 0)]
+    problem = {
+        a["name"]: a["value"]
+        for a in nodes_by_name(workflow)["Problem"]["parameters"]["assignments"]["assignments"]
+    }
+    assert "$json.error.status" in problem["status"]
+    assert "$json.error.problem" in problem["body"]
+
+
+def test_the_cleanup_variant_retries_then_fails_the_execution() -> None:
+    workflow = variant(CLEANUP)
+    run = nodes_by_name(workflow)["Run Cleanup"]
+    assert run["parameters"]["resource"] == "job"
+    assert run["parameters"]["operation"] == "run"
+    assert run["parameters"]["job"] == "all"
+    assert run["retryOnFail"] is True
+    assert run["maxTries"] >= 2
+    assert targets(workflow, "Run Cleanup", 0) == []
+    assert targets(workflow, "Run Cleanup", 1) == [("Alert Configured?", 0)]
+    assert targets(workflow, "Alert Configured?", 0) == [("Send Alert", 0)]
+    assert targets(workflow, "Alert Configured?", 1) == [("Fail Execution", 0)]
+    assert targets(workflow, "Send Alert") == [("Fail Execution", 0)]
+
+
+def test_the_memory_variant_routes_each_action_and_answers_every_item() -> None:
+    workflow = variant(MEMORY)
+    by_name = nodes_by_name(workflow)
+    rules = by_name["Action"]["parameters"]["rules"]["values"]
+    actions = [r["conditions"]["conditions"][0]["rightValue"] for r in rules]
+    assert actions == ["write", "read", "query"]
+    operations = [
+        by_name[node]["parameters"]["operation"]
+        for node in ("Store Memory", "Read Memory", "Query Memories")
+    ]
+    assert operations == ["store", "get", "search"]
+    for output, node in enumerate(("Store Memory", "Read Memory", "Query Memories")):
+        assert targets(workflow, "Action", output) == [(node, 0)]
+        assert targets(workflow, node) == [("All Results", output)]
+    assert by_name["All Results"]["parameters"]["numberInputs"] == 3
+    assert by_name["Reply"]["parameters"]["respondWith"] == "allIncomingItems"

@@ -5,8 +5,8 @@ key), read on the branch in place of main's, written into memories when the bran
 merges, gone with the branch. It holds main's memory of the key as the branch first saw
 it (base_*), so a merge can tell a key both sides changed.
 
-Revision ID: 0019
-Revises: 0018
+Revision ID: 0020
+Revises: 0019
 Create Date: 2026-11-24
 """
 
@@ -14,13 +14,13 @@ from __future__ import annotations
 
 from migrations.sqlscript import run_sql
 
-revision = "0019"
-down_revision = "0018"
+revision = "0020"
+down_revision = "0019"
 branch_labels = None
 depends_on = None
 
 UPGRADE = r"""
--- Memories of a branch (revision 0019): an overlay on the user's memories. A row here is
+-- Memories of a branch (revision 0020): an overlay on the user's memories. A row here is
 -- the branch's value of (category, key) for the session's user; reads on the branch see it
 -- in place of main's memory of that key, main never sees it, and merging the branch
 -- writes it into memories. The columns up to expires_at are the memory's, in memories'
