@@ -20,6 +20,7 @@ and ``run_node_paths`` after; this module:
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import shutil
 import subprocess
@@ -382,6 +383,51 @@ def run_node_paths(
                 "additionalFields": {"channel": "n8n"},
             },
         ),
+        "task-submit": operation(
+            "task-submit",
+            {
+                "resource": "coordination",
+                "operation": "submitTask",
+                "agentName": "Make_Plan_Agent",
+                "input": "={{ JSON.stringify($json.body.input) }}",
+                "taskFields": {
+                    "sessionId": expr("session"),
+                    "scheduledAt": "={{ $json.body.at || '' }}",
+                },
+            },
+        ),
+        "task-get": operation(
+            "task-get", {"resource": "coordination", "operation": "getTask", "taskId": expr("id")}
+        ),
+        "task-wait": operation(
+            "task-wait",
+            {
+                "resource": "coordination",
+                "operation": "waitTask",
+                "taskId": expr("id"),
+                "timeout": 30,
+                "pollInterval": 0.5,
+            },
+        ),
+        "task-list": operation(
+            "task-list",
+            {
+                "resource": "coordination",
+                "operation": "listTasks",
+                "sessionId": expr("session"),
+                "returnAll": True,
+            },
+        ),
+        "task-cancel": operation(
+            "task-cancel",
+            {
+                "resource": "coordination",
+                "operation": "cancelTask",
+                "taskId": expr("id"),
+                "reason": "cancelled from n8n",
+            },
+            continue_on_fail=True,
+        ),
         "job-dry": operation(
             "job-dry", {"resource": "job", "operation": "dryRun", "job": "inactivity_timeout"}
         ),
@@ -485,6 +531,39 @@ def run_node_paths(
         )
         d.append(
             f"{answer.get('agent')} answered, degraded={answer.get('degraded')}; key per execution and item"
+        )
+
+    with report.path(
+        "nodes: durable task submit, get, wait until completed, list, cancel a queued one"
+    ) as d:
+        session = call(paths["session-create"], {"user": user})[0]["session_id"]
+        submitted = call(
+            paths["task-submit"], {"session": session, "input": {"message": "plan from n8n"}}
+        )[0]
+        _check(submitted.get("agent_name") == "Make_Plan_Agent", f"submit: {submitted}")
+        tid = submitted["task_id"]
+        got = call(paths["task-get"], {"id": tid})[0]
+        _check(got["task"]["task_id"] == tid and got["transitions"], f"get: {got}")
+        started = time.monotonic()
+        waited = call(paths["task-wait"], {"id": tid})[0]
+        took = time.monotonic() - started
+        _check(waited["task"]["status"] == "completed", f"wait: {waited}")
+        later = (dt.datetime.now(dt.UTC) + dt.timedelta(hours=1)).isoformat()
+        queued = call(
+            paths["task-submit"], {"session": session, "input": {"message": "later"}, "at": later}
+        )[0]
+        _check(queued.get("status") == "submitted", f"queued: {queued}")
+        listed = call(paths["task-list"], {"session": session})
+        _check([t.get("task_id") for t in listed] == [queued["task_id"], tid], f"list: {listed}")
+        canceled = call(paths["task-cancel"], {"id": queued["task_id"]})[0]
+        _check(canceled.get("status") == "canceled", f"cancel: {canceled}")
+        again = call(paths["task-cancel"], {"id": queued["task_id"]})[0]
+        _check(again.get("error", {}).get("status") == 409, f"second cancel: {again}")
+        row = sql(db, "SELECT status FROM agent_tasks WHERE task_id = $1", uuid.UUID(tid))
+        _check(row[0]["status"] == "completed", f"row: {row}")
+        d.append(
+            f"Make_Plan_Agent's task completed (wait {took:.1f} s), 2 listed newest first, "
+            "the queued one canceled, a second cancel is item {error: {status: 409}}"
         )
 
     with report.path("nodes: job dry run and run now") as d:

@@ -364,6 +364,137 @@ describe('coordination', () => {
 	});
 });
 
+describe('tasks', () => {
+	// A real agent on 127.0.0.1: answers every call as Switchboard's agents do.
+	const calls = [];
+	let server;
+	let sessionId;
+	const agentName = 'Task_Echo_Agent';
+
+	before(async () => {
+		server = http.createServer((req, res) => {
+			const chunks = [];
+			req.on('data', (c) => chunks.push(c));
+			req.on('end', () => {
+				calls.push(JSON.parse(Buffer.concat(chunks).toString() || '{}'));
+				res.writeHead(200, { 'content-type': 'application/json' });
+				res.end(JSON.stringify({ success: true, output_data: { response: 'done by the echo agent' } }));
+			});
+		});
+		const port = await freePort();
+		await new Promise((r) => server.listen(port, '127.0.0.1', r));
+		const registered = await sb.request('POST', '/v1/agents', sb.adminKey, {
+			name: agentName,
+			url: `http://127.0.0.1:${port}`,
+			timeout_ms: 2000,
+			fail_max: 1000,
+		});
+		assert.equal(registered.status, 201, JSON.stringify(registered.body));
+		const created = await runOne(agent, { resource: 'session', operation: 'create', user: `tasks-${crypto.randomUUID()}` });
+		sessionId = created.session_id;
+	});
+
+	after(async () => {
+		if (server) await new Promise((r) => server.close(r));
+	});
+
+	let doneId;
+	let queuedId;
+
+	test('submit (once per item however often retried), get, wait until completed', async () => {
+		const parameters = {
+			resource: 'coordination',
+			operation: 'submitTask',
+			agentName,
+			input: '{"message": "plan the week"}',
+			taskFields: { sessionId, priority: 7 },
+		};
+		const submitted = await runOne(agent, parameters);
+		assert.equal(submitted.agent_name, agentName);
+		assert.equal(submitted.session_id, sessionId);
+		assert.equal(submitted.priority, 7);
+		assert.match(submitted.idempotency_key, /^n8n:instance-1:workflow-1:execution-1:node-1:0$/);
+		const retried = await runOne(agent, parameters);
+		assert.equal(retried.task_id, submitted.task_id, 'the same execution and item is the same task');
+		doneId = submitted.task_id;
+
+		const got = await runOne(agent, { resource: 'coordination', operation: 'getTask', taskId: doneId });
+		assert.equal(got.task.task_id, doneId);
+		assert.ok(Array.isArray(got.transitions) && got.transitions[0].to_status === 'submitted');
+
+		const waited = await runOne(agent, {
+			resource: 'coordination',
+			operation: 'waitTask',
+			taskId: doneId,
+			timeout: 30,
+			pollInterval: 0.2,
+		});
+		assert.equal(waited.task.status, 'completed', JSON.stringify(waited.task));
+		assert.equal(waited.task.result.output_data.response, 'done by the echo agent');
+		assert.equal(waited.transitions.at(-1).to_status, 'completed');
+		assert.ok(calls.some((c) => JSON.stringify(c).includes('plan the week')), JSON.stringify(calls));
+	});
+
+	test('wait times out on a queued task: the task as it is, or a node error when asked', async () => {
+		const later = new Date(Date.now() + 3_600_000).toISOString();
+		const queued = await runOne(
+			agent,
+			{
+				resource: 'coordination',
+				operation: 'submitTask',
+				agentName,
+				input: { message: 'not before an hour' },
+				taskFields: { sessionId, scheduledAt: later },
+			},
+			{ executionId: 'execution-queued' },
+		);
+		assert.equal(queued.status, 'submitted');
+		queuedId = queued.task_id;
+		const params = { resource: 'coordination', operation: 'waitTask', taskId: queuedId, timeout: 1, pollInterval: 0.2 };
+		const started = Date.now();
+		const asIs = await runOne(agent, params);
+		const took = Date.now() - started;
+		assert.equal(asIs.task.status, 'submitted');
+		assert.ok(took >= 1000 && took < 10_000, `waited ${took} ms`);
+		await assert.rejects(run(agent, [{}], { ...params, onTimeout: 'fail' }), /is still submitted after 1 s/);
+		const [failed] = await run(agent, [{}], { ...params, onTimeout: 'fail' }, { continueOnFail: true });
+		assert.match(failed.json.error.message, /still submitted/);
+	});
+
+	test("list a session's tasks: Return All and Limit, newest first", async () => {
+		const all = (await run(agent, [{}], { resource: 'coordination', operation: 'listTasks', sessionId, returnAll: true })).map(
+			(o) => o.json,
+		);
+		assert.deepEqual(
+			all.map((t) => t.task_id),
+			[queuedId, doneId],
+		);
+		const one = await run(agent, [{}], { resource: 'coordination', operation: 'listTasks', sessionId, returnAll: false, limit: 1 });
+		assert.equal(one.length, 1);
+		assert.equal(one[0].json.task_id, queuedId);
+	});
+
+	test('cancel the queued task with a reason; cancelling it again is a 409 node error', async () => {
+		const canceled = await runOne(agent, { resource: 'coordination', operation: 'cancelTask', taskId: queuedId, reason: 'not needed' });
+		assert.equal(canceled.status, 'canceled');
+		const detail = await runOne(agent, { resource: 'coordination', operation: 'getTask', taskId: queuedId });
+		assert.equal(detail.transitions.at(-1).to_status, 'canceled');
+		assert.equal(detail.transitions.at(-1).reason, 'not needed');
+		await rejects(run(agent, [{}], { resource: 'coordination', operation: 'cancelTask', taskId: queuedId }), '409');
+		// A finished task waits no longer: it is returned at once.
+		const waited = await runOne(agent, { resource: 'coordination', operation: 'waitTask', taskId: queuedId, timeout: 30 });
+		assert.equal(waited.task.status, 'canceled');
+	});
+
+	test('a task ID that is not a UUID is refused; an unknown agent is a 404 node error', async () => {
+		await assert.rejects(run(agent, [{}], { resource: 'coordination', operation: 'getTask', taskId: 'task-1' }), /Task ID must be a UUID/);
+		await rejects(
+			run(agent, [{}], { resource: 'coordination', operation: 'submitTask', agentName: 'Nobody_Agent', input: '{}' }),
+			'404',
+		);
+	});
+});
+
 describe('job', () => {
 	test('dry run and run now (a coordination_manager key); another key gets 403', async () => {
 		const dry = await runOne(manager, { resource: 'job', operation: 'dryRun', job: 'inactivity_timeout' });
@@ -540,6 +671,18 @@ describe('trigger', () => {
 		} finally {
 			server.close();
 		}
+	});
+
+	test("offers exactly the server's event types (EVENT_TYPES), task.dead_lettered among them", async () => {
+		const { execFileSync } = require('node:child_process');
+		const path = require('node:path');
+		const repo = path.resolve(__dirname, '..', '..');
+		const python = path.join(process.env.SWITCHBOARD_BIN_DIR || path.join(repo, '.venv', 'bin'), 'python');
+		const code = 'import json\nfrom app.events.schemas import EVENT_TYPES\nprint(json.dumps(list(EVENT_TYPES)))';
+		const expected = JSON.parse(execFileSync(python, ['-c', code], { cwd: repo, encoding: 'utf8' }));
+		assert.ok(expected.includes('task.dead_lettered'));
+		const offered = await trigger.methods.loadOptions.getEventTypes.call(loadOptionsContext(admin));
+		assert.deepEqual(offered.map((o) => o.value).sort(), [...expected].sort());
 	});
 
 	test('the signature check is the scheme of app/events/signing.py', () => {

@@ -7,7 +7,7 @@ import type {
 	INodeType,
 	INodeTypeDescription,
 } from 'n8n-workflow';
-import { NodeConnectionTypes, NodeOperationError } from 'n8n-workflow';
+import { NodeConnectionTypes, NodeOperationError, sleep } from 'n8n-workflow';
 
 import {
 	coordinationProperties,
@@ -26,6 +26,9 @@ import {
 	switchboardRequest,
 	userId,
 } from './GenericFunctions';
+
+/** A task in one of these is over (app/tasks/schemas.py TERMINAL_STATUSES). */
+const TERMINAL_TASK_STATUSES = new Set(['completed', 'failed', 'canceled', 'rejected']);
 
 type Operation = (this: IExecuteFunctions, i: number) => Promise<IDataObject | IDataObject[]>;
 
@@ -266,6 +269,72 @@ const coordination: Record<string, Operation> = {
 		});
 		return response.body as IDataObject;
 	},
+	async submitTask(i) {
+		const fields = parameter<IDataObject>(this, 'taskFields', i, {});
+		const body: IDataObject = {
+			agent_name: parameter<string>(this, 'agentName', i),
+			input: jsonField(this, parameter<unknown>(this, 'input', i, '{}'), 'Input', i) ?? {},
+		};
+		if (fields.sessionId) body.session_id = String(fields.sessionId).trim();
+		if (fields.userId) body.user_id = fields.userId;
+		if (fields.priority !== undefined) body.priority = fields.priority;
+		if (fields.maxAttempts !== undefined) body.max_attempts = fields.maxAttempts;
+		if (fields.scheduledAt) body.scheduled_at = new Date(String(fields.scheduledAt)).toISOString();
+		const key = idempotencyKey(this, String(fields.idempotencyKey ?? ''), i);
+		return await switchboardApi.call(this, {
+			method: 'POST',
+			path: '/v1/tasks',
+			body,
+			headers: { 'Idempotency-Key': key },
+			itemIndex: i,
+		});
+	},
+	async getTask(i) {
+		const id = uuidParameter(this, 'taskId', i, 'Task ID');
+		return await switchboardApi.call(this, { method: 'GET', path: `/v1/tasks/${id}`, itemIndex: i });
+	},
+	async waitTask(i) {
+		const id = uuidParameter(this, 'taskId', i, 'Task ID');
+		const timeoutMs = Math.max(0, Number(parameter<number>(this, 'timeout', i, 60))) * 1000;
+		const intervalMs = Math.max(200, Number(parameter<number>(this, 'pollInterval', i, 2)) * 1000);
+		const deadline = Date.now() + timeoutMs;
+		for (;;) {
+			const detail = await switchboardApi.call(this, { method: 'GET', path: `/v1/tasks/${id}`, itemIndex: i });
+			const status = String((detail.task as IDataObject | undefined)?.status ?? '');
+			if (TERMINAL_TASK_STATUSES.has(status)) return detail;
+			const left = deadline - Date.now();
+			if (left <= 0) {
+				if (parameter<string>(this, 'onTimeout', i, 'output') === 'fail') {
+					throw new NodeOperationError(
+						this.getNode(),
+						`Task ${id} is still ${status} after ${timeoutMs / 1000} s`,
+						{ itemIndex: i, description: 'Raise the timeout, or choose On Timeout: Output the Task as It Is' },
+					);
+				}
+				return detail;
+			}
+			await sleep(Math.min(intervalMs, left));
+		}
+	},
+	async listTasks(i) {
+		const id = uuidParameter(this, 'sessionId', i, 'Session ID');
+		return await switchboardList.call(
+			this,
+			{ method: 'GET', path: `/v1/sessions/${id}/tasks`, itemIndex: i },
+			parameter<boolean>(this, 'returnAll', i, false),
+			parameter<number>(this, 'limit', i, 50),
+		);
+	},
+	async cancelTask(i) {
+		const id = uuidParameter(this, 'taskId', i, 'Task ID');
+		const reason = String(parameter<string>(this, 'reason', i, '') ?? '');
+		return await switchboardApi.call(this, {
+			method: 'POST',
+			path: `/v1/tasks/${id}/cancel`,
+			qs: reason ? { reason } : undefined,
+			itemIndex: i,
+		});
+	},
 };
 
 const job: Record<string, Operation> = {
@@ -298,7 +367,7 @@ export class Switchboard implements INodeType {
 		group: ['transform'],
 		version: 1,
 		subtitle: '={{$parameter["operation"] + ": " + $parameter["resource"]}}',
-		description: 'Sessions, memories, coordination and jobs of Switchboard',
+		description: 'Sessions, memories, coordination, durable tasks and jobs of Switchboard',
 		defaults: { name: 'Switchboard' },
 		inputs: [NodeConnectionTypes.Main],
 		outputs: [NodeConnectionTypes.Main],

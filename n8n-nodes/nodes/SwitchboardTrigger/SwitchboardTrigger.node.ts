@@ -40,7 +40,7 @@ export class SwitchboardTrigger implements INodeType {
 		group: ['trigger'],
 		version: 1,
 		subtitle: '={{$parameter["events"].join(", ") || "all events"}}',
-		description: 'Starts the workflow when Switchboard sends an event (a session expiring, expired, archived, restored; memories purged)',
+		description: 'Starts the workflow when Switchboard sends an event (a session expiring, expired, archived, restored; memories purged; a task dead-lettered)',
 		defaults: { name: 'Switchboard Trigger' },
 		inputs: [],
 		outputs: [NodeConnectionTypes.Main],
