@@ -35,6 +35,7 @@ from app.health.controller import HealthController
 from app.jobs.controller import JobController
 from app.jobs.scheduler import Scheduler
 from app.linger import LingeringClose
+from app.memories.branch_controller import BranchMemoryController
 from app.memories.controller import (
     AccessLevelController,
     AuditController,
@@ -171,6 +172,7 @@ def create_app(
             UserController,
             SessionController,
             BranchController,
+            BranchMemoryController,
             UserSessionsController,
             MemoryController,
             SessionContextController,
@@ -200,6 +202,7 @@ def create_app(
             "branch_service": provide(services.branches),
             "session_lifecycle": provide(services.session_lifecycle),
             "memory_service": provide(services.memories),
+            "branch_memory_service": provide(services.branch_memories),
             "erasure_service": provide(services.erasure),
             "coordinator": provide(services.coordinator),
             "rules": provide(services.rules),

@@ -226,10 +226,21 @@ SERVICE_PROBLEMS: dict[tuple[str, str], dict[int, str]] = {
     },
     ("POST", "/v1/sessions/{session_id}/branches/{name}/merge"): {
         409: (
-            "The branch and the session changed paths to different values (merge-conflict: "
-            "conflicts lists each; POST again with choices or a document); or "
-            f"{_BRANCH_CLOSED}."
+            "The branch and the session changed paths to different values, or a memory key "
+            "(/memories/{category}/{key}) both changed (merge-conflict: conflicts lists "
+            "each; POST again with choices or a document); a memory of main changed during "
+            f"the merge (retryable); or {_BRANCH_CLOSED}."
         ),
+        413: "A choice's value for a memory key is over the content limit.",
+    },
+    ("PUT", "/v1/sessions/{session_id}/branches/{name}/memories/by-key"): {
+        400: "If-Match is not a list of quoted versions, or If-None-Match is not *.",
+        409: (
+            "If-Match names another version than the memory the branch sees "
+            "(current_version), or it sees none; If-None-Match: * and it sees one; the key "
+            f"is held by a memory the caller may not read; or {_BRANCH_CLOSED}."
+        ),
+        413: _CONTENT_TOO_LARGE,
     },
     ("POST", "/v1/sessions/{session_id}/branches/{name}/rebase"): {
         409: (

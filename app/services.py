@@ -29,6 +29,7 @@ from app.db.presence import ReplicaPresence
 from app.erasure.service import ErasureService
 from app.events.service import EventService
 from app.jobs.service import JobService
+from app.memories.branch_service import BranchMemoryService
 from app.memories.retention import MemoryRetention
 from app.memories.service import MemoryService
 from app.outbound.policy import OutboundPolicy, Resolver
@@ -82,11 +83,14 @@ class Services:
         )
         self.users = UserService(database, clock)
         self.sessions = SessionService(database, clock, settings.sessions)
-        self.branches = BranchService(database, clock, settings.sessions)
+        self.branches = BranchService(
+            database, clock, settings.sessions, settings.memories.max_content_bytes
+        )
         self.session_lifecycle = SessionLifecycle(
             database, clock, settings.sessions, settings.scheduler
         )
         self.memories = MemoryService(database, clock, settings.memories)
+        self.branch_memories = BranchMemoryService(database, clock, self.memories)
         self.memory_retention = MemoryRetention(settings.scheduler)
         self.erasure = ErasureService(database, clock, settings.database.erasure_timeout)
         self.breakers = BreakerRegistry(

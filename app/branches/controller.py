@@ -147,7 +147,7 @@ class BranchController(Controller):
         """Three-way merge into the session (ours: the branch, theirs: the session). Clean:
         a new session version naming the branch. Conflicts: 409 listing each path; POST
         again with ``choices`` (per path) or a ``document`` to complete the merge."""
-        session = await branch_service.merge(session_id, name, data, request.user.name)
+        session = await branch_service.merge(session_id, name, data, request.user)
         return Response(session, headers={"ETag": etag(session.version)})
 
     @post(

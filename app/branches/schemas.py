@@ -67,8 +67,19 @@ class MergeResolution(BaseModel):
 
     @model_validator(mode="after")
     def _one_way(self) -> MergeResolution:
-        if self.choices is not None and self.document is not None:
-            raise ValueError("send choices or a document, not both")
+        # A document settles the session's content; a branch's memory keys
+        # (/memories/{category}/{key}) are settled by choices beside it.
+        if (
+            self.choices is not None
+            and self.document is not None
+            and (
+                not self.choices or any(not path.startswith("/memories/") for path in self.choices)
+            )
+        ):
+            raise ValueError(
+                "send choices or a document, not both (beside a document, choices "
+                "may settle only /memories/ paths)"
+            )
         return self
 
 

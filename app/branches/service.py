@@ -10,6 +10,7 @@ from uuid import UUID
 
 import asyncpg
 
+from app.auth.principal import Principal
 from app.branches import repository as repo
 from app.branches.schemas import (
     MAIN,
@@ -35,8 +36,13 @@ from app.errors import (
     VersionConflict,
 )
 from app.jobs.sweep import Sweep
+from app.memories.branch_service import (
+    MEMORY_PATHS,
+    branch_memory_conflicts,
+    merge_branch_memories,
+)
 from app.sessions import repository as sessions_repo
-from app.sessions.merge import Choice, MergeResult, resolve
+from app.sessions.merge import Choice, MergeConflict, MergeResult, resolve
 from app.sessions.schemas import Session, SessionContent, SessionVersion
 from app.sessions.service import patched, require_open
 from app.sessions.state import (
@@ -60,10 +66,17 @@ BRANCH_PATCHABLE = PATCHABLE - {"status", "preserve"}
 class BranchService:
     """Forks, writes, merges, rebases and deletes branches of sessions."""
 
-    def __init__(self, database: Database, clock: Clock, settings: SessionSettings) -> None:
+    def __init__(
+        self,
+        database: Database,
+        clock: Clock,
+        settings: SessionSettings,
+        max_memory_bytes: int = 1024 * 1024,
+    ) -> None:
         self._db = database
         self._clock = clock
         self._settings = settings
+        self._max_memory_bytes = max_memory_bytes
 
     # -- reads -------------------------------------------------------------------------
 
@@ -230,13 +243,19 @@ class BranchService:
         return written
 
     async def merge(
-        self, session_id: UUID, name: str, resolution: MergeResolution | None, actor: str
+        self,
+        session_id: UUID,
+        name: str,
+        resolution: MergeResolution | None,
+        principal: Principal,
     ) -> Session:
         """Merge the branch into the session three-way (base: the session version the
-        branch sits on; theirs: the session now; ours: the branch). Clean, or settled by
-        ``resolution``: a new session version naming the branch, and the branch is merged.
-        Otherwise 409 listing the conflicts."""
+        branch sits on; theirs: the session now; ours: the branch), and the branch's
+        memories into main's in the same transaction. Clean, or settled by ``resolution``:
+        a new session version naming the branch, and the branch is merged. Otherwise 409
+        listing the conflicts (session paths and ``/memories/{category}/{key}``)."""
         now = self._clock.now()
+        actor = principal.name
         async with self._db.transaction() as conn:
             # The session's row first, then the branch's: the order in which deleting a
             # session (archival, erasure) takes them, so the two never wait on each other.
@@ -250,16 +269,25 @@ class BranchService:
             result = merge_contents(
                 typed_content(base, session), current, typed_content(branch, session)
             )
-            document = _settled(
-                result,
-                resolution,
+            rows, memory_conflicts = await branch_memory_conflicts(
+                conn, session_id, session.user_id, name, now, principal
+            )
+            detail = (
                 f"Branch {name!r} (version {branch.version}) and session {session_id} "
                 f"(version {session.version}) both changed these paths since version "
-                f"{branch.base_version}.",
-                current_version=session.version,
-                branch_version=branch.version,
-                base_version=branch.base_version,
+                f"{branch.base_version}."
             )
+            extensions: dict[str, Any] = {
+                "current_version": session.version,
+                "branch_version": branch.version,
+                "base_version": branch.base_version,
+            }
+            if resolution is None and memory_conflicts:
+                both = MergeResult(result.document, result.conflicts + memory_conflicts)
+                raise _conflicted(detail, both, **extensions)
+            session_resolution, memory_choices = _split_choices(resolution)
+            _check_memory_choices(memory_conflicts, memory_choices)
+            document = _settled(result, session_resolution, detail, **extensions)
             content = self._bounded(content_from_document(document, current))
             written = await sessions_repo.update_session_content(
                 conn,
@@ -277,6 +305,17 @@ class BranchService:
                 raise VersionConflict(f"Session {session_id} changed underneath this merge.")
             merged, _ = written
             await repo.mark_branch_merged(conn, session_id, name, merged.version, now)
+            await merge_branch_memories(
+                conn,
+                session_id,
+                name,
+                rows,
+                memory_conflicts,
+                memory_choices,
+                principal,
+                now,
+                self._max_memory_bytes,
+            )
         return merged
 
     async def rebase(
@@ -379,6 +418,38 @@ def _conflicted(detail: str, result: MergeResult, **extensions: Any) -> MergeCon
         conflicts=[conflict.as_json() for conflict in result.conflicts],
         **extensions,
     )
+
+
+def _split_choices(
+    resolution: MergeResolution | None,
+) -> tuple[MergeResolution | None, dict[str, Choice]]:
+    """The resolution of the session's paths, and the choices for memory keys."""
+    if resolution is None or resolution.choices is None:
+        return resolution, {}
+    memory = {
+        path: Choice(choice.take, choice.value)
+        for path, choice in resolution.choices.items()
+        if path.startswith(MEMORY_PATHS)
+    }
+    rest = {p: c for p, c in resolution.choices.items() if not p.startswith(MEMORY_PATHS)}
+    if resolution.document is not None:
+        return MergeResolution(document=resolution.document), memory
+    return MergeResolution(choices=rest), memory
+
+
+def _check_memory_choices(conflicts: list[MergeConflict], choices: dict[str, Choice]) -> None:
+    """Exactly one choice per conflicting memory key (422 naming each one missing or
+    extra), as resolve() asks of the session's paths."""
+    paths = {conflict.path for conflict in conflicts}
+    errors = [
+        {"field": path, "message": "no choice for this conflicting path"}
+        for path in sorted(paths - set(choices))
+    ] + [
+        {"field": path, "message": "not a conflicting path of this merge"}
+        for path in sorted(set(choices) - paths)
+    ]
+    if errors:
+        raise ValidationFailed("The resolution must settle exactly the conflicts.", errors=errors)
 
 
 def _settled(

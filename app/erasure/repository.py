@@ -84,7 +84,7 @@ async def redact_job_runs(
 
 
 async def delete_user_memories(conn: Connection, user_id: UUID) -> dict[str, int]:
-    """Delete the user's memories, live and archived; rows per table."""
+    """Delete the user's memories, live, archived and on branches; rows per table."""
     row = await conn.fetchrow(Q.delete_user_memories, user_id)
     if row is None:
         raise RuntimeError("delete_user_memories returned no row")

@@ -9,6 +9,7 @@ from datetime import datetime
 
 from app.db.pool import Connection
 from app.jobs.sweep import Sweep
+from app.memories import branch_repository as branch_repo
 from app.memories import repository as repo
 from app.settings import SchedulerSettings
 
@@ -20,8 +21,9 @@ class MemoryRetention:
         self._settings = settings
 
     async def enforce(self, sweep: Sweep) -> None:
-        """Expired memories are deleted, expired interaction patterns archived, archive
-        rows older than the archive retention purged; each user affected is told."""
+        """Expired memories (main's and branches') are deleted, main's expired interaction
+        patterns archived, archive rows older than the archive retention purged; each user
+        whose memories of main went is told."""
         now = sweep.now
         reached: datetime | None = None
 
@@ -34,6 +36,13 @@ class MemoryRetention:
 
         await sweep.step(
             "memories_deleted", delete_expired, lambda conn: repo.count_expired(conn, now)
+        )
+        # Branch rows are drafts that were never main's: expired ones are deleted, an
+        # interaction pattern among them too (nothing of main's history to archive).
+        await sweep.step(
+            "branch_memories_deleted",
+            lambda conn, limit: branch_repo.delete_expired(conn, now, limit),
+            lambda conn: branch_repo.count_expired(conn, now),
         )
         await sweep.step(
             "patterns_archived",

@@ -199,3 +199,31 @@ class AccessLogPage:
 
     items: list[AccessLogEntry]
     next_cursor: str | None
+
+
+class BranchMemoryWrite(BaseModel):
+    """Create or replace the branch's value of (category, key); the user is the session's."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    category: Identifier
+    key: MemoryKey
+    memory_type: Identifier
+    content: Content
+    # Defaults to the category's access level.
+    access_level: Identifier | None = None
+
+
+class BranchMemory(Memory, frozen=True):
+    """A memory as a branch reads it: ``branch`` names the branch when the branch wrote
+    it, ``main`` when it is main's memory showing through."""
+
+    branch: str
+
+
+@dataclass(frozen=True, slots=True)
+class BranchMemoryPage:
+    """A page of the memories a branch sees, newest first."""
+
+    items: list[BranchMemory]
+    next_cursor: str | None

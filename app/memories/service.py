@@ -24,6 +24,7 @@ from app.errors import (
     ValidationFailed,
     VersionConflict,
 )
+from app.memories import branch_repository as branch_repo
 from app.memories import repository as repo
 from app.memories.repository import (
     AccessLogRow,
@@ -58,7 +59,7 @@ _BEGINNING = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 @dataclass(frozen=True, slots=True)
-class _PlannedWrite:
+class PlannedWrite:
     """A validated write: everything the INSERT/UPDATE needs."""
 
     item: MemoryWrite | MemoryUpsert
@@ -67,7 +68,7 @@ class _PlannedWrite:
     content_size: int
 
 
-class _Denied(Exception):
+class Denied(Exception):
     """Raised inside a transaction so it rolls back; the audit row is written after."""
 
     def __init__(self, error: SwitchboardError, entries: list[AccessLogRow]) -> None:
@@ -76,7 +77,7 @@ class _Denied(Exception):
         self.entries = entries
 
 
-def _taken_key(plan: _PlannedWrite, field: str) -> Conflict:
+def taken_key(plan: PlannedWrite, field: str) -> Conflict:
     """The 409 for a write whose key a live memory already holds."""
     return Conflict(
         f"The key {plan.item.key!r} is already in use for this user in category "
@@ -132,7 +133,7 @@ class MemoryService:
                 memory = await self._insert(conn, plan, principal, now)  # audited with it
                 if memory is None:  # the level was checked in _plan: the key is taken
                     field = f"{index}.key" if batch else "key"
-                    taken = _taken_key(plan, field)
+                    taken = taken_key(plan, field)
                     await self._refuse_taken_key(conn, principal, plan, now, field, taken)
                 stored.append(memory)
             if before_commit is not None:
@@ -218,7 +219,8 @@ class MemoryService:
                 if memory is None:  # locked, visible and version-checked above
                     raise RuntimeError("update_memory refused a row it had locked")
                 await repo.insert_access_logs(
-                    conn, [self._entry(principal, "update", memory.memory_id, None, True, 1, now)]
+                    conn,
+                    [self.audit_entry(principal, "update", memory.memory_id, None, True, 1, now)],
                 )
                 created = False
             if before_commit is not None:
@@ -254,7 +256,7 @@ class MemoryService:
             if not await repo.delete_memory(conn, memory_id, now, reader):
                 await self._refuse_unseen(conn, principal, "delete", memory_id, now)
             await repo.insert_access_logs(
-                conn, [self._entry(principal, "delete", memory_id, None, True, 1, now)]
+                conn, [self.audit_entry(principal, "delete", memory_id, None, True, 1, now)]
             )
 
         await self._audited_transaction(run)
@@ -271,7 +273,7 @@ class MemoryService:
             if memory is None:
                 await self._refuse_unseen(conn, principal, "read", memory_id, now)
             await repo.insert_access_logs(
-                conn, [self._entry(principal, "read", memory_id, None, True, 1, now)]
+                conn, [self.audit_entry(principal, "read", memory_id, None, True, 1, now)]
             )
             return memory
 
@@ -289,7 +291,7 @@ class MemoryService:
             await repo.insert_access_logs(
                 conn,
                 [
-                    self._entry(
+                    self.audit_entry(
                         principal,
                         "read",
                         memory.memory_id if memory else None,
@@ -393,7 +395,7 @@ class MemoryService:
             await repo.insert_access_logs(
                 conn,
                 [
-                    self._entry(
+                    self.audit_entry(
                         principal,
                         "context",
                         None,
@@ -461,7 +463,10 @@ class MemoryService:
                 data.description,
                 self._clock.now(),
             )
-            changed = await repo.reapply_category_retention(conn, name) if reapply else None
+            changed = None
+            if reapply:
+                changed = await repo.reapply_category_retention(conn, name)
+                changed += await branch_repo.reapply_category_retention(conn, name)
         return CategoryChange(category=category, created=created, memories_reexpired=changed)
 
     async def list_memory_types(self) -> list[MemoryType]:
@@ -489,6 +494,17 @@ class MemoryService:
         async with self._db.connection() as conn:
             return await repo.list_access_levels(conn)
 
+    # -- for the branch overlay (app/memories/branch_service.py) ------------------------
+
+    async def plan_write(self, conn: Connection, item: MemoryUpsert) -> PlannedWrite:
+        """Validate one write against the reference data (422/413), as every write is."""
+        return (await self._plan(conn, [item], batch=False))[0]
+
+    async def audited_transaction(self, run: Callable[[Connection], Awaitable[T]]) -> T:
+        """Run ``run(conn)`` in a transaction; a Denied raised in it rolls it back and is
+        audited after."""
+        return await self._audited_transaction(run)
+
     # -- helpers -----------------------------------------------------------------------
 
     async def _plan(
@@ -497,7 +513,7 @@ class MemoryService:
         items: Sequence[MemoryWrite | MemoryUpsert],
         *,
         batch: bool,
-    ) -> list[_PlannedWrite]:
+    ) -> list[PlannedWrite]:
         """Validate every item against the reference data; 422/413 before any write.
 
         No access level is refused: any agent may write at any level, and it keeps reading
@@ -509,7 +525,7 @@ class MemoryService:
         )
         errors: list[dict[str, str]] = []
         too_large: list[dict[str, str]] = []
-        plans: list[_PlannedWrite] = []
+        plans: list[PlannedWrite] = []
         for index, item in enumerate(items):
             prefix = f"{index}." if batch else ""
             plan = self._plan_one(item, ref, prefix, errors, too_large)
@@ -532,7 +548,7 @@ class MemoryService:
         prefix: str,
         errors: list[dict[str, str]],
         too_large: list[dict[str, str]],
-    ) -> _PlannedWrite | None:
+    ) -> PlannedWrite | None:
         failures_before = len(errors) + len(too_large)
         if item.memory_type not in ref.types:
             errors.append({"field": prefix + "memory_type", "message": "unknown memory type"})
@@ -557,10 +573,10 @@ class MemoryService:
             too_large.append({"field": prefix + "content", "message": f"{size} bytes"})
         if len(errors) + len(too_large) > failures_before:
             return None
-        return _PlannedWrite(item=item, category=category, access_level=level, content_size=size)
+        return PlannedWrite(item=item, category=category, access_level=level, content_size=size)
 
     async def _insert(
-        self, conn: Connection, plan: _PlannedWrite, principal: Principal, now: datetime
+        self, conn: Connection, plan: PlannedWrite, principal: Principal, now: datetime
     ) -> Memory | None:
         """Insert a planned write; None if a live memory holds its key. An expired memory
         holding the key is retired first: it is gone for readers already."""
@@ -592,7 +608,7 @@ class MemoryService:
         self,
         conn: Connection,
         principal: Principal,
-        plan: _PlannedWrite,
+        plan: PlannedWrite,
         now: datetime,
         field: str,
         if_visible: SwitchboardError,
@@ -611,9 +627,9 @@ class MemoryService:
         if await repo.get_memory_by_key(conn, item.user_id, plan.category, key, now, reader):
             raise if_visible
         query = {"user_id": str(item.user_id), "category": plan.category, "key": key}
-        raise _Denied(
-            _taken_key(plan, field),
-            [self._entry(principal, "write", None, query, False, 0, now)],
+        raise Denied(
+            taken_key(plan, field),
+            [self.audit_entry(principal, "write", None, query, False, 0, now)],
         )
 
     async def _refuse_unseen(
@@ -624,7 +640,7 @@ class MemoryService:
         error = NotFound(f"No memory {memory_id}.")
         if level is None:
             raise error
-        raise _Denied(error, [self._entry(principal, action, memory_id, None, False, 0, now)])
+        raise Denied(error, [self.audit_entry(principal, action, memory_id, None, False, 0, now)])
 
     async def _audited_transaction(
         self, run: Callable[[Connection], Awaitable[T]], *, atomic: bool = True
@@ -634,13 +650,13 @@ class MemoryService:
         try:
             async with self._db.transaction() if atomic else self._db.connection() as conn:
                 return await run(conn)
-        except _Denied as denied:
+        except Denied as denied:
             async with self._db.transaction() as conn:
                 await repo.insert_access_logs(conn, denied.entries)
             raise denied.error from None
 
     @staticmethod
-    def _entry(
+    def audit_entry(
         principal: Principal,
         action: str,
         memory_id: UUID | None,

@@ -41,7 +41,9 @@ SELECT uuid_generate_v7() AS erasure_id,
              SELECT session_id FROM session_archive WHERE user_id = $1) AS session_ids,
        ARRAY(SELECT memory_id FROM memories WHERE user_id = $1
              UNION
-             SELECT memory_id FROM memory_archive WHERE user_id = $1) AS memory_ids
+             SELECT memory_id FROM memory_archive WHERE user_id = $1
+             UNION
+             SELECT memory_id FROM branch_memories WHERE user_id = $1) AS memory_ids
 
 -- name: redact_access_log
 -- Audit rows stay (who accessed memories, when, allowed or not, how many rows), but their
@@ -59,7 +61,9 @@ WHERE l.memory_id = ANY ($2::uuid[])
        AND EXISTS (SELECT 1
                    FROM (SELECT content FROM memories WHERE user_id = $1
                          UNION ALL
-                         SELECT content FROM memory_archive WHERE user_id = $1) AS mine
+                         SELECT content FROM memory_archive WHERE user_id = $1
+                         UNION ALL
+                         SELECT content FROM branch_memories WHERE user_id = $1) AS mine
                    WHERE mine.content @> jsonb_or_null(l.query ->> 'contains')))
 
 -- name: delete_idempotency_keys
@@ -95,12 +99,16 @@ WHERE jsonb_mentions_any(to_jsonb(j.error), $1::uuid[])
    OR jsonb_mentions_any(j.details, $1::uuid[])
 
 -- name: delete_user_memories
+-- The user's memories: live, archived, and those written on branches of their sessions.
 WITH live AS (
     DELETE FROM memories WHERE user_id = $1 RETURNING 1
 ), archived AS (
     DELETE FROM memory_archive WHERE user_id = $1 RETURNING 1
+), on_branches AS (
+    DELETE FROM branch_memories WHERE user_id = $1 RETURNING 1
 )
-SELECT (SELECT count(*) FROM live) AS memories, (SELECT count(*) FROM archived) AS memory_archive
+SELECT (SELECT count(*) FROM live) AS memories, (SELECT count(*) FROM archived) AS memory_archive,
+       (SELECT count(*) FROM on_branches) AS branch_memories
 
 -- name: delete_user
 -- The user with their sessions, each session's history, decisions and branches (with

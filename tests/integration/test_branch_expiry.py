@@ -62,3 +62,28 @@ async def test_idle_branches_expire_unless_preserved_or_merged(
     assert run["details"]["branches_expired"] == 1
     assert sorted(await names(client, plain)) == ["busy", "done"]
     assert await names(client, kept) == ["idle"]  # a preserved session keeps its branches
+
+
+async def test_a_memory_write_is_branch_activity_and_an_expired_branch_takes_its_memories(
+    client: httpx.AsyncClient, frozen_clock: FrozenClock
+) -> None:
+    ttl = SessionSettings().branch_idle_ttl
+    sid = (await create_session(client, ttl_seconds=30 * 86400))["session_id"]
+    url = f"/v1/sessions/{sid}/branches"
+    body = {"category": "user_profile", "key": "k", "memory_type": "consultation", "content": 1}
+    for name in ("idle", "busy"):
+        forked = await client.post(url, json={"name": name, "purpose": "analysis"})
+        assert forked.status_code == 201, forked.text
+    assert (await client.put(f"{url}/idle/memories/by-key", json=body)).status_code == 201
+    frozen_clock.advance(ttl - timedelta(hours=1))
+    assert (await client.put(f"{url}/busy/memories/by-key", json=body)).status_code == 201
+    frozen_clock.advance(timedelta(hours=2))
+
+    assert (await run_cleanup(client))["details"]["branches_expired"] == 1
+    assert await names(client, sid) == ["busy"]
+    # The expired branch's memory went with it: a new branch of that name sees none.
+    refork = await client.post(url, json={"name": "idle", "purpose": "analysis"})
+    assert refork.status_code == 201
+    params = {"category": "user_profile", "key": "k"}
+    assert (await client.get(f"{url}/idle/memories/by-key", params=params)).status_code == 404
+    assert (await client.get(f"{url}/busy/memories/by-key", params=params)).status_code == 200

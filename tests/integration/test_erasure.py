@@ -243,6 +243,16 @@ async def test_erasing_a_user_leaves_no_trace_in_any_table(
         headers={"If-Match": forked.headers["ETag"]},
     )
     assert branch_write.status_code == 200, branch_write.text
+    branch_memory = await client.put(
+        f"/v1/sessions/{sid}/branches/erase-me/memories/by-key",
+        json={
+            "category": "agent_outputs",
+            "key": "draft",
+            "memory_type": "planning",
+            "content": {"branch_note": marker},
+        },
+    )
+    assert branch_memory.status_code == 201, branch_memory.text
 
     needles = {
         "user id": user_id,
@@ -251,6 +261,7 @@ async def test_erasing_a_user_leaves_no_trace_in_any_table(
         "restored session": expiring["session_id"],
         "archived session": archived["session_id"],
         "memory": memory_id,
+        "branch memory": branch_memory.json()["memory_id"],
         "webhook memory": hooked_memory_id,
         "archived memory": pattern.json()["memory_id"],
     }
@@ -272,6 +283,7 @@ async def test_erasing_a_user_leaves_no_trace_in_any_table(
         "coordination_decisions",
         "session_branches",
         "session_branch_versions",
+        "branch_memories",
         "session_archive",
         "memories",
         "memory_archive",
@@ -300,6 +312,7 @@ async def test_erasing_a_user_leaves_no_trace_in_any_table(
     assert deleted["coordination_decisions"] >= 2  # the message and the webhook's
     assert deleted["session_state_versions"] >= 4
     assert (deleted["session_branches"], deleted["session_branch_versions"]) == (1, 2)
+    assert deleted["branch_memories"] == 1
     assert deleted["idempotency_keys"] == 3
     # Expiring x2, expired x2, restored, and whatever else names them (memory.purged does,
     # where it is sent per user); each has one delivery.
@@ -320,7 +333,7 @@ async def test_erasing_a_user_leaves_no_trace_in_any_table(
     audit = (await client.get("/v1/audit/memory", params={"limit": 200})).json()["items"]
     assert audit[0]["action"] == "erase"
     assert audit[0]["query"] == {"erasure_id": erasure_id}
-    assert audit[0]["rows"] == 3
+    assert audit[0]["rows"] == 4  # two memories, one archived, one on the branch
     redactions = [e for e in audit if e["query"] == {"redacted_by_erasure": erasure_id}]
     assert len(redactions) == redacted["memory_access_log"]
     assert all(e["memory_id"] is None for e in redactions)

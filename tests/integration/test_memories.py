@@ -686,6 +686,7 @@ async def test_erase_user_memories(client: httpx.AsyncClient, make_agent_client:
         "deleted": {
             "memories": 3,
             "memory_archive": 0,
+            "branch_memories": 0,
             "idempotency_keys": 0,
             "outbox_events": 0,
             "event_deliveries": 0,

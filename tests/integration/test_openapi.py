@@ -288,6 +288,12 @@ VALID_BODIES: dict[tuple[str, str], Any] = {
     ("PATCH", "/v1/sessions/{session_id}/branches/{name}"): {"priority": "low", "base_version": 1},
     ("POST", "/v1/sessions/{session_id}/branches/{name}/merge"): {},
     ("POST", "/v1/sessions/{session_id}/branches/{name}/rebase"): {},
+    ("PUT", "/v1/sessions/{session_id}/branches/{name}/memories/by-key"): {
+        "category": "agent_outputs",
+        "key": "probe",
+        "memory_type": "planning",
+        "content": 1,
+    },
 }
 
 
@@ -476,6 +482,39 @@ async def _branch(probe: Probe, headers: dict[str, str] | None = None) -> httpx.
     assert (await probe.client.post(f"/v1/sessions/{sid}/branches", json=fork)).is_success
     return await probe.client.patch(
         f"/v1/sessions/{sid}/branches/probe", json={"priority": "low"}, headers=headers
+    )
+
+
+async def _branch_memory(
+    probe: Probe, headers: dict[str, str], content: Any = 1, exists: bool = False
+) -> httpx.Response:
+    """A memory written on a fresh branch ``probe`` with ``headers`` (after a first write
+    of it when ``exists``)."""
+    sid = (await create_session(probe.client))["session_id"]
+    fork = {"name": "probe", "purpose": "analysis"}
+    assert (await probe.client.post(f"/v1/sessions/{sid}/branches", json=fork)).is_success
+    url = f"/v1/sessions/{sid}/branches/probe/memories/by-key"
+    body = {"category": "agent_outputs", "key": "k", "memory_type": "planning"}
+    if exists:
+        assert (await probe.client.put(url, json={**body, "content": 1})).status_code == 201
+    return await probe.client.put(url, json={**body, "content": content}, headers=headers)
+
+
+async def _merge_with_large_memory_value(probe: Probe) -> httpx.Response:
+    """A memory key both sides changed, settled by a value over the content limit."""
+    user_id = await create_user(probe.client)
+    sid = (await create_session(probe.client, user_id=user_id))["session_id"]
+    main = {"user_id": user_id, "category": "agent_outputs", "key": "k", "memory_type": "planning"}
+    assert (await probe.client.put("/v1/memories/by-key", json={**main, "content": 1})).is_success
+    fork = {"name": "probe", "purpose": "analysis"}
+    assert (await probe.client.post(f"/v1/sessions/{sid}/branches", json=fork)).is_success
+    on_branch = {"category": "agent_outputs", "key": "k", "memory_type": "planning", "content": 2}
+    url = f"/v1/sessions/{sid}/branches/probe"
+    assert (await probe.client.put(f"{url}/memories/by-key", json=on_branch)).is_success
+    assert (await probe.client.put("/v1/memories/by-key", json={**main, "content": 3})).is_success
+    choice = {"take": "value", "value": _too_large(probe)}
+    return await probe.client.post(
+        f"{url}/merge", json={"choices": {"/memories/agent_outputs/k": choice}}
     )
 
 
@@ -670,6 +709,18 @@ PROVOKE: dict[tuple[str, str, int], Provocation] = {
     ("PATCH", "/v1/sessions/{session_id}/branches/{name}", 428): lambda p: _branch(p, {}),
     ("POST", "/v1/sessions/{session_id}/branches/{name}/merge", 409): lambda p: _conflicting_branch(
         p, "merge"
+    ),
+    ("POST", "/v1/sessions/{session_id}/branches/{name}/merge", 413): (
+        _merge_with_large_memory_value
+    ),
+    ("PUT", "/v1/sessions/{session_id}/branches/{name}/memories/by-key", 400): lambda p: (
+        _branch_memory(p, {"If-None-Match": '"1"'})
+    ),
+    ("PUT", "/v1/sessions/{session_id}/branches/{name}/memories/by-key", 409): lambda p: (
+        _branch_memory(p, {"If-None-Match": "*"}, exists=True)
+    ),
+    ("PUT", "/v1/sessions/{session_id}/branches/{name}/memories/by-key", 413): lambda p: (
+        _branch_memory(p, {}, content=_too_large(p))
     ),
     ("POST", "/v1/sessions/{session_id}/branches/{name}/rebase", 409): lambda p: (
         _conflicting_branch(p, "rebase")

@@ -271,7 +271,12 @@ async def test_memory_retention(
     permanent = await write("consultation")  # user_profile: permanent
     frozen_clock.advance(timedelta(days=366))
     run = await make_replica().run_now("memory_retention", dry_run=False)
-    assert run.details == {"memories_deleted": 1, "patterns_archived": 1, "archive_purged": 0}
+    assert run.details == {
+        "memories_deleted": 1,
+        "branch_memories_deleted": 0,
+        "patterns_archived": 1,
+        "archive_purged": 0,
+    }
     live = {r["memory_id"] for r in await rows(database_url, "SELECT memory_id FROM memories")}
     assert {str(m) for m in live} == {permanent}
     archived = await rows(database_url, "SELECT memory_id FROM memory_archive")
@@ -291,6 +296,30 @@ async def test_memory_retention(
         "count": 1,
         "categories": {PATTERNS: 1},
     }
+
+
+async def test_memory_retention_covers_branch_memories(
+    client: httpx.AsyncClient, frozen_clock: FrozenClock, make_replica: Any, database_url: str
+) -> None:
+    """A branch's memories expire with their category's retention, as main's do: gone for
+    readers at once, deleted by the sweep (a dry run counts them first)."""
+    session = await create_session(client)
+    sid = session["session_id"]
+    fork = {"name": "alt", "purpose": "analysis"}
+    assert (await client.post(f"/v1/sessions/{sid}/branches", json=fork)).status_code == 201
+    url = f"/v1/sessions/{sid}/branches/alt/memories/by-key"
+    for category, key in (("session_data", "short"), ("user_profile", "kept")):
+        body = {"category": category, "key": key, "memory_type": "orchestrator", "content": 1}
+        assert (await client.put(url, json=body)).status_code == 201
+    frozen_clock.advance(timedelta(hours=25))  # session_data keeps 24 h; user_profile forever
+    gone = await client.get(url, params={"category": "session_data", "key": "short"})
+    assert_problem(gone, 404)
+    dry = await make_replica().run_now("memory_retention", dry_run=True)
+    assert dry.details["branch_memories_deleted"] == 1
+    run = await make_replica().run_now("memory_retention", dry_run=False)
+    assert run.details["branch_memories_deleted"] == 1
+    left = await rows(database_url, "SELECT key FROM branch_memories")
+    assert [r["key"] for r in left] == ["kept"]
 
 
 PATTERNS = "interaction_patterns"

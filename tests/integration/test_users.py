@@ -66,6 +66,7 @@ async def test_delete_cascades_to_sessions_and_their_history(client: httpx.Async
             "session_archive": 0,
             "memories": 0,
             "memory_archive": 0,
+            "branch_memories": 0,
             "idempotency_keys": 0,
             "outbox_events": 0,
             "event_deliveries": 0,
