@@ -39,12 +39,15 @@ DEFAULT_REPAIR_MAX_BYTES = 64 * 1024
 
 
 class AgentCallFailed(Exception):
-    """An attempt failed; ``retryable`` says whether another attempt may help."""
+    """An attempt failed; ``retryable`` says whether another attempt within the call may
+    help; ``malformed``: the agent answered, but not with a valid answer (too long, not
+    JSON even once repaired, not the protocol's shape, values that cannot be stored)."""
 
-    def __init__(self, reason: str, *, retryable: bool) -> None:
+    def __init__(self, reason: str, *, retryable: bool, malformed: bool = False) -> None:
         super().__init__(reason)
         self.reason = reason
         self.retryable = retryable
+        self.malformed = malformed
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,7 +182,9 @@ class AgentClient:
         try:
             response = AgentResponse.model_validate(value)
         except ValidationError:
-            raise AgentCallFailed("agent answered malformed JSON", retryable=False) from None
+            raise AgentCallFailed(
+                "agent answered malformed JSON", retryable=False, malformed=True
+            ) from None
         if not response.success:
             details = response.error_details
             reason = (details.message or details.code) if details else None
@@ -195,13 +200,17 @@ class AgentClient:
         limit = self._max_answer_bytes
         declared = reply.headers.get("content-length", "")
         if declared.isdigit() and int(declared) > limit:
-            raise AgentCallFailed(f"agent answered more than {limit} bytes", retryable=False)
+            raise AgentCallFailed(
+                f"agent answered more than {limit} bytes", retryable=False, malformed=True
+            )
         chunks: list[bytes] = []
         size = 0
         async for chunk in reply.aiter_bytes():
             size += len(chunk)
             if size > limit:
-                raise AgentCallFailed(f"agent answered more than {limit} bytes", retryable=False)
+                raise AgentCallFailed(
+                    f"agent answered more than {limit} bytes", retryable=False, malformed=True
+                )
             chunks.append(chunk)
         return b"".join(chunks)
 
@@ -215,16 +224,20 @@ class AgentClient:
         except ValidationFailed as exc:
             fields = ", ".join(e["field"] for e in exc.extensions.get("errors", []))
             raise AgentCallFailed(
-                f"agent answered values that cannot be stored ({fields})", retryable=False
+                f"agent answered values that cannot be stored ({fields})",
+                retryable=False,
+                malformed=True,
             ) from None
         except TooDeeplyNested:
-            raise AgentCallFailed("agent answered malformed JSON", retryable=False) from None
+            raise AgentCallFailed(
+                "agent answered malformed JSON", retryable=False, malformed=True
+            ) from None
         except MalformedJson:
             pass
         # Off the event loop: other requests go on while a long answer is repaired.
         repaired = await asyncio.to_thread(repair_answer, body, self._repair_max_bytes)
         if repaired is None:
-            raise AgentCallFailed("agent answered malformed JSON", retryable=False)
+            raise AgentCallFailed("agent answered malformed JSON", retryable=False, malformed=True)
         return repaired.value, repaired.kind
 
 

@@ -17,10 +17,28 @@ EVENT_TYPES = (
     "session.archived",
     "session.restored",
     "memory.purged",
+    "task.completed",
+    "task.failed",
 )
 EventType = Literal[
-    "session.expiring", "session.expired", "session.archived", "session.restored", "memory.purged"
+    "session.expiring",
+    "session.expired",
+    "session.archived",
+    "session.restored",
+    "memory.purged",
+    # A message's agent task that the caller stopped waiting for ended: its answer was
+    # applied to the session (completed) or it gave up (failed): app/coordination/completion.py.
+    "task.completed",
+    "task.failed",
 ]
+
+
+@dataclass(frozen=True, slots=True)
+class NewEvent:
+    """An event to write to the outbox with the change it describes."""
+
+    event_type: EventType
+    payload: dict[str, Any]
 
 
 class SubscriptionCreate(BaseModel):

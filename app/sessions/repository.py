@@ -12,6 +12,7 @@ import msgspec
 
 from app.db.pool import Connection
 from app.db.queries import QUERIES
+from app.events.schemas import NewEvent
 from app.sessions.schemas import Session, SessionContent, SessionVersion
 from app.sessions.state import show_mirrors, storage_json
 
@@ -143,10 +144,12 @@ async def update_session_content(
     change_reason: str,
     now: datetime,
     decision: msgspec.Struct | None = None,
+    event: NewEvent | None = None,
 ) -> tuple[Session, UUID | None] | None:
     """Write new content and record it as the next version, if the session is still at
     ``expected_version``; None otherwise. ``decision`` (a record of coordination_decisions
-    columns) is logged with the new version; its id comes back with the session."""
+    columns) is logged with the new version; its id comes back with the session. ``event``
+    goes to the outbox with it (its payload given the version and the decision id)."""
     state, sequence, metadata = storage_json(content)
     row = await conn.fetchrow(
         Q.update_session_content,
@@ -165,6 +168,8 @@ async def update_session_content(
         changed_by,
         change_reason,
         None if decision is None else msgspec.to_builtins(decision),
+        None if event is None else event.event_type,
+        None if event is None else event.payload,
     )
     return None if row is None else (_session(row), row["decision_id"])
 

@@ -23,6 +23,7 @@ from app.common.preconditions import MAX_VERSION
 from app.common.validation import validate_input
 from app.db.pool import Database
 from app.errors import BadRequest, Conflict, NotFound, ValidationFailed, VersionConflict
+from app.events.schemas import NewEvent
 from app.sessions import repository as repo
 from app.sessions.schemas import (
     CLOSED_STATUSES,
@@ -348,17 +349,18 @@ class SessionService:
         *,
         read: Session | None = None,
         decision: msgspec.Struct | None = None,
+        event: NewEvent | None = None,
     ) -> tuple[Session, UUID | None]:
         """A server-side change (the coordinator's): applied to whatever version is current,
         versioned like any other write. ``read`` is the session as the caller last read it,
         tried first as the base; ``decision`` is logged with the new version (its id is
-        returned with the session)."""
+        returned with the session), and ``event`` is written to the outbox with it."""
 
         def guarded(current: Session, now: datetime) -> tuple[SessionContent, str]:
             require_open(current)
             return mutate(current, now)
 
-        return await self._write(session_id, None, actor, guarded, read, decision)
+        return await self._write(session_id, None, actor, guarded, read, decision, event)
 
     # -- helpers -----------------------------------------------------------------------
 
@@ -376,6 +378,7 @@ class SessionService:
         mutate: Mutation,
         read: Session | None,
         decision: msgspec.Struct | None,
+        event: NewEvent | None = None,
     ) -> tuple[Session, UUID | None]:
         """Check the base version, apply ``mutate``, bump and record the version.
 
@@ -391,7 +394,7 @@ class SessionService:
                 current = _at_base(session_id, read, bases)
                 content, reason = self._bounded(mutate(current, now))
                 written = await repo.update_session_content(
-                    conn, session_id, current.version, content, actor, reason, now, decision
+                    conn, session_id, current.version, content, actor, reason, now, decision, event
                 )
             if written is not None:
                 return written
@@ -400,7 +403,7 @@ class SessionService:
             current = _at_base(session_id, await repo.lock_session(conn, session_id), bases)
             content, reason = self._bounded(mutate(current, now))
             written = await repo.update_session_content(
-                conn, session_id, current.version, content, actor, reason, now, decision
+                conn, session_id, current.version, content, actor, reason, now, decision, event
             )
             if written is None:  # cannot happen while we hold the row lock
                 raise VersionConflict(f"Session {session_id} changed underneath this write.")

@@ -48,7 +48,9 @@ SELECT * FROM session_coordination WHERE session_id = $1 FOR UPDATE
 -- caused it, in one statement: one round trip, atomic even outside a transaction. No row
 -- back: the session is no longer at version $2. $13 changed_by, $14 change_reason,
 -- $15 the decision as a coordination_decisions row in JSON, or NULL; its session_version
--- and created_at are the version written here.
+-- and created_at are the version written here. $16 an event type and $17 its payload, or
+-- NULL: the event (a task's end, app/coordination/completion.py) is written with the version
+-- it describes, its payload given the session_version and decision_id written here.
 WITH updated AS (
     UPDATE session_coordination
     SET session_state = $3,
@@ -81,6 +83,14 @@ WITH updated AS (
     FROM updated u, jsonb_populate_record(NULL::coordination_decisions, $15::jsonb) d
     WHERE $15::jsonb IS NOT NULL
     RETURNING decision_id
+), told AS (
+    INSERT INTO outbox_events (event_type, payload, created_at)
+    SELECT $16::text,
+           $17::jsonb || jsonb_build_object('session_version', u.version,
+                                            'decision_id', (SELECT decision_id FROM decided)),
+           u.updated_at
+    FROM updated u
+    WHERE $16::text IS NOT NULL
 )
 SELECT updated.*, (SELECT decision_id FROM decided) AS decision_id FROM updated
 
