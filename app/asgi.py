@@ -49,6 +49,8 @@ from app.outbound.policy import Resolver
 from app.services import build_services
 from app.sessions.controller import SessionController, UserSessionsController
 from app.settings import Settings
+from app.tasks.controller import DeadLetterController, SessionTasksController, TaskController
+from app.tasks.worker import TaskWorker
 from app.tracing import TracedRequests, Tracing
 from app.users.controller import UserController
 from app.webhooks.controller import N8nWebhookController
@@ -99,13 +101,15 @@ def create_app(
     admin_key: str,
     clock: Clock | None = None,
     run_scheduler: bool | None = None,
+    run_worker: bool | None = None,
     resolver: Resolver | None = None,
     tracing: Tracing | None = None,
 ) -> Litestar:
     """Build the application. Resolving the URL and admin key is the caller's job.
 
     The maintenance scheduler runs in-process when ``run_scheduler`` (default: the
-    ``SWITCHBOARD_SCHEDULER_ENABLED`` setting) is true. ``resolver`` turns host names into
+    ``SWITCHBOARD_SCHEDULER_ENABLED`` setting) is true; the task worker when ``run_worker``
+    (default: ``SWITCHBOARD_TASKS_ENABLED``) is. ``resolver`` turns host names into
     addresses for the outbound policy (default: the system resolver). ``tracing`` is
     built from ``settings.tracing`` unless given (tests pass one that collects spans)."""
     clock = clock or SystemClock()
@@ -117,6 +121,11 @@ def create_app(
     scheduler = (
         Scheduler(services.jobs, services.events, services.tracing)
         if (settings.scheduler.enabled if run_scheduler is None else run_scheduler)
+        else None
+    )
+    worker = (
+        TaskWorker(database, services.tasks)
+        if (settings.tasks.enabled if run_worker is None else run_worker)
         else None
     )
 
@@ -135,6 +144,11 @@ def create_app(
                 started.push_async_callback(services.idempotency.stop)
                 await services.breakers.start()
                 started.push_async_callback(services.breakers.stop)
+                await services.tasks.start()
+                started.push_async_callback(services.tasks.stop)
+                if worker is not None:
+                    await worker.start()
+                    started.push_async_callback(worker.stop)
                 if scheduler is not None:
                     scheduler.start()
                     started.callback(scheduler.shutdown)
@@ -171,6 +185,9 @@ def create_app(
             SubscriptionController,
             EventController,
             N8nWebhookController,
+            TaskController,
+            SessionTasksController,
+            DeadLetterController,
             *([MetricsController] if settings.server.metrics_enabled else []),
         ],
         dependencies={
@@ -190,6 +207,7 @@ def create_app(
             "metrics": provide(metrics),
             "breakers": provide(services.breakers),
             "idempotency": provide(services.idempotency),
+            "tasks": provide(services.tasks),
         },
         middleware=[DefineMiddleware(ApiKeyAuthMiddleware, exclude=PUBLIC_PATHS)],
         before_request=before_handler,

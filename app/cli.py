@@ -35,6 +35,7 @@ def _serve(settings: Settings, args: argparse.Namespace) -> int:
         database_url=url,
         admin_key=runtime.admin_key(settings),
         run_scheduler=settings.scheduler.enabled and not args.no_scheduler,
+        run_worker=settings.tasks.enabled and not args.no_worker,
     )
     # "listening" is logged by the server once it listens (app/server.py).
     return 0 if run(uvicorn_config(app, settings.server, host=host, port=port), sock) else 1
@@ -44,6 +45,13 @@ def _scheduler(settings: Settings, _: argparse.Namespace) -> int:
     from app.jobs.process import run_scheduler
 
     asyncio.run(run_scheduler(settings))
+    return 0
+
+
+def _worker(settings: Settings, _: argparse.Namespace) -> int:
+    from app.tasks.process import run_worker
+
+    asyncio.run(run_worker(settings))
     return 0
 
 
@@ -209,10 +217,16 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--no-scheduler", action="store_true", help="API only: run the jobs elsewhere"
     )
+    serve.add_argument(
+        "--no-worker", action="store_true", help="run no task worker here (run `worker` elsewhere)"
+    )
     serve.set_defaults(handler=_serve)
 
     sched = commands.add_parser("scheduler", help="run the maintenance scheduler on its own")
     sched.set_defaults(handler=_scheduler)
+
+    worker = commands.add_parser("worker", help="run a durable task worker on its own")
+    worker.set_defaults(handler=_worker)
 
     migrate = commands.add_parser("migrate", help="apply (or revert) database migrations")
     migrate.add_argument("--down", action="store_true", help="downgrade instead of upgrade")

@@ -35,6 +35,8 @@ from app.outbound.transport import outbound_client
 from app.sessions.lifecycle import SessionLifecycle
 from app.sessions.service import SessionService
 from app.settings import Settings
+from app.tasks.agent_call import AgentCall
+from app.tasks.service import TaskService
 from app.tracing import Tracing
 from app.users.service import UserService
 from app.webhooks.idempotency import IdempotencyService
@@ -93,6 +95,13 @@ class Services:
         )
         self.breaker_admin = BreakerAdmin(self.agents, self.breakers)
         self.rules = RulesService(database, clock, settings.coordination.rules_cache_seconds)
+        self.agent_client = AgentClient(
+            self.http,
+            # An agent may answer as much as a client may send; its broken JSON is
+            # repaired up to the repair bound.
+            max_answer_bytes=settings.max_body_bytes,
+            repair_max_bytes=settings.coordination.repair_max_bytes,
+        )
         self.coordinator = CoordinationService(
             database,
             clock,
@@ -101,14 +110,15 @@ class Services:
             self.memories,
             self.rules,
             self.breakers,
-            AgentClient(
-                self.http,
-                # An agent may answer as much as a client may send; its broken JSON is
-                # repaired up to the repair bound.
-                max_answer_bytes=settings.max_body_bytes,
-                repair_max_bytes=settings.coordination.repair_max_bytes,
-            ),
+            self.agent_client,
         )
+        # Durable agent tasks: every process can submit, run (its worker, or run_here)
+        # and wait for them; the handlers of the kinds are registered here.
+        self.tasks = TaskService(
+            database, clock, settings.tasks, replica, self.tracing, self.agents, self.sessions
+        )
+        self.agent_call = AgentCall(self.agents, self.breakers, self.agent_client, clock)
+        self.tasks.register("agent_call", self.agent_call)
         self.events = EventService(database, clock, settings.scheduler, self.http, self.outbound)
         lease = settings.webhooks.idempotency_lease
         # One connection per replica, outside the pool: its lock says this process is alive.

@@ -298,6 +298,46 @@ class SchedulerSettings(BaseSettings):
     job_run_retention: timedelta = timedelta(days=90)
 
 
+class TaskSettings(BaseSettings):
+    """Durable agent tasks (app/tasks/): the worker each process runs, leases, retries.
+
+    Per-agent overrides are maps from agent name to a number, JSON in the environment:
+    ``SWITCHBOARD_TASKS_AGENT_CONCURRENCY='{"Make_Plan_Agent": 2}'``."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="SWITCHBOARD_TASKS_", extra="ignore", env_ignore_empty=True
+    )
+
+    # Run a worker in this process (`switchboard serve --no-worker` turns it off too).
+    enabled: bool = True
+    # Attempts one worker runs at once.
+    worker_concurrency: PositiveInt = 20
+    # Attempts of one agent's tasks running at once over all workers (the seed's agent
+    # capacity); a task of an agent at its limit is skipped, not waited for.
+    agent_concurrency_default: PositiveInt = 10
+    agent_concurrency: dict[str, PositiveInt] = Field(default_factory=dict)
+    # A running attempt holds its task this long and renews it every third of it; a task
+    # whose replica stopped renewing (killed) goes back to the queue as a new attempt.
+    lease_seconds: float = Field(default=30.0, ge=0.5)
+    # Seconds between looks at the queue when no notification came (a missed NOTIFY, a
+    # retry whose backoff ended); also how often expired leases are reaped.
+    poll_interval: float = Field(default=1.0, gt=0)
+    # Retries after the first attempt (the seed: 5), and per agent; backoff before retry n
+    # is uniform in [0, min(cap, base * 2**(n-1))] (exponential, full jitter).
+    max_retries: NonNegativeInt = Field(default=5, le=99)
+    agent_max_retries: dict[str, Annotated[int, Field(ge=0, le=99)]] = Field(default_factory=dict)
+    retry_base_seconds: float = Field(default=1.0, gt=0)
+    retry_cap_seconds: float = Field(default=60.0, gt=0)
+
+    def concurrency_for(self, agent_name: str) -> int:
+        """How many attempts of ``agent_name`` may run at once."""
+        return self.agent_concurrency.get(agent_name, self.agent_concurrency_default)
+
+    def max_attempts_for(self, agent_name: str) -> int:
+        """Attempts a new task of ``agent_name`` gets: one plus its retries."""
+        return 1 + self.agent_max_retries.get(agent_name, self.max_retries)
+
+
 class WebhookSettings(BaseSettings):
     """The /webhooks/n8n endpoints."""
 
@@ -407,6 +447,7 @@ class Settings(BaseSettings):
     coordination: CoordinationSettings = Field(default_factory=CoordinationSettings)
     scheduler: SchedulerSettings = Field(default_factory=SchedulerSettings)
     webhooks: WebhookSettings = Field(default_factory=WebhookSettings)
+    tasks: TaskSettings = Field(default_factory=TaskSettings)
     outbound: OutboundSettings = Field(default_factory=OutboundSettings)
 
     @property
@@ -434,6 +475,7 @@ _GROUPS: tuple[type[BaseSettings], ...] = (
     MemorySettings,
     CoordinationSettings,
     SchedulerSettings,
+    TaskSettings,
     WebhookSettings,
     OutboundSettings,
 )

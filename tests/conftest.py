@@ -86,7 +86,13 @@ def frozen_clock() -> FrozenClock:
 def app(settings: Settings, database_url: str, clock: Clock) -> Litestar:
     """The application wired to this test's database."""
     return create_app(
-        settings, database_url=database_url, admin_key=ADMIN_KEY, clock=clock, run_scheduler=False
+        settings,
+        database_url=database_url,
+        admin_key=ADMIN_KEY,
+        clock=clock,
+        run_scheduler=False,
+        # The task tests start workers of their own (tests/integration/test_tasks*.py).
+        run_worker=False,
     )
 
 

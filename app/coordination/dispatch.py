@@ -8,8 +8,9 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import httpx
 import orjson
@@ -152,7 +153,21 @@ class AgentClient:
             await asyncio.sleep(pause)
         return CallResult(None, attempts, error, _ms_since(started))
 
-    async def _post(self, url: str, request: AgentRequest) -> Answer:
+    async def attempt(
+        self,
+        agent: Agent,
+        breaker: AsyncCircuitBreaker,
+        request: AgentRequest | Mapping[str, Any],
+    ) -> Answer:
+        """One HTTP attempt through the agent's breaker within its timeout, without the
+        in-call retries: a durable task's retries replace them (app/tasks/agent_call.py).
+        Raises ``BreakerOpen`` (nothing sent), ``TimeoutError`` or ``AgentCallFailed``."""
+        url = agent.url
+        if not url:
+            raise AgentCallFailed("agent has no url configured", retryable=False)
+        return await breaker.call(lambda: self._post(url, request), timeout=agent.timeout_ms / 1000)
+
+    async def _post(self, url: str, request: AgentRequest | Mapping[str, Any]) -> Answer:
         try:
             # The trace context (traceparent) is set by the client's instrumentation.
             async with self._http.stream(

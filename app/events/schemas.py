@@ -19,6 +19,8 @@ EVENT_TYPES = (
     "memory.purged",
     "task.completed",
     "task.failed",
+    # A durable task failed for good (app/tasks/; written by agent_task_dead_lettered).
+    "task.dead_lettered",
 )
 EventType = Literal[
     "session.expiring",
@@ -30,6 +32,7 @@ EventType = Literal[
     # applied to the session (completed) or it gave up (failed): app/coordination/completion.py.
     "task.completed",
     "task.failed",
+    "task.dead_lettered",
 ]
 
 

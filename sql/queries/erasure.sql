@@ -104,9 +104,22 @@ SELECT (SELECT count(*) FROM live) AS memories, (SELECT count(*) FROM archived) 
 
 -- name: delete_user
 -- The user with their sessions, each session's history and decisions, and their archived
--- sessions. The children are deleted by name, not left to ON DELETE CASCADE, so each
--- table's count is what this statement removed.
-WITH decisions AS (
+-- sessions; their agent tasks (those of their sessions, and those for the user without a
+-- session) with the tasks' transitions and dead letters. The children are deleted by
+-- name, not left to ON DELETE CASCADE, so each table's count is what this statement
+-- removed.
+WITH user_tasks AS (
+    SELECT t.task_id FROM agent_tasks t
+    WHERE t.user_id = $1::uuid::text
+       OR t.session_id IN (SELECT session_id FROM session_coordination WHERE user_id = $1)
+), letters AS (
+    DELETE FROM dead_letters d USING user_tasks u WHERE d.task_id = u.task_id RETURNING 1
+), transitions AS (
+    DELETE FROM agent_task_transitions x USING user_tasks u WHERE x.task_id = u.task_id
+    RETURNING 1
+), tasks AS (
+    DELETE FROM agent_tasks t USING user_tasks u WHERE t.task_id = u.task_id RETURNING 1
+), decisions AS (
     DELETE FROM coordination_decisions d
     USING session_coordination s
     WHERE s.session_id = d.session_id AND s.user_id = $1
@@ -127,7 +140,10 @@ SELECT (SELECT count(*) FROM gone) AS users,
        (SELECT count(*) FROM sessions) AS session_coordination,
        (SELECT count(*) FROM versions) AS session_state_versions,
        (SELECT count(*) FROM decisions) AS coordination_decisions,
-       (SELECT count(*) FROM archived) AS session_archive
+       (SELECT count(*) FROM archived) AS session_archive,
+       (SELECT count(*) FROM tasks) AS agent_tasks,
+       (SELECT count(*) FROM transitions) AS agent_task_transitions,
+       (SELECT count(*) FROM letters) AS dead_letters
 
 -- name: record_erasure
 -- The erasure record and its row in the memory audit trail. $1 erasure id, $2 user,

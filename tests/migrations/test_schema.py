@@ -54,6 +54,8 @@ CORE_TABLES = {
     "memories",
     "job_runs",
     "idempotency_keys",
+    "agent_tasks",
+    "dead_letters",
 }
 
 # Tables keyed by a generated uuid: the uuid-key check must see at least these.
@@ -68,6 +70,8 @@ GENERATED_KEY_TABLES = {
     "subscriptions",
     "outbox_events",
     "user_erasures",
+    "agent_tasks",
+    "dead_letters",
 }
 
 # Archives keep the id of the live row they were copied from, so their keys have no default.
@@ -175,6 +179,9 @@ async def test_upgrade_head_builds_exactly_schema_sql(server_url: str) -> None:
     assert "alembic_version" not in table_names(from_migrations)
     assert [row[0] for row in from_migrations["functions"]] == [
         "agent_shown",
+        "agent_task_dead_lettered",
+        "agent_task_queued",
+        "agent_task_transition",
         "current_traceparent",
         "event_subscribed",
         "idempotency_key_lapsed",
@@ -212,7 +219,10 @@ async def test_upgrade_head_builds_exactly_schema_sql(server_url: str) -> None:
         "uuid_generate_v7",
     ]
     assert [row[:2] for row in from_migrations["triggers"]] == [
-        ("outbox_events", "outbox_events_fan_out")
+        ("agent_tasks", "agent_tasks_created"),
+        ("agent_tasks", "agent_tasks_queued"),
+        ("agent_tasks", "agent_tasks_transition"),
+        ("outbox_events", "outbox_events_fan_out"),
     ]
     assert_same_schema(from_migrations, from_schema_sql, "migrations", "schema.sql")
 

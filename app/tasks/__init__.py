@@ -1,0 +1,1 @@
+"""Durable agent tasks: the queue, its worker and reaper, retries and dead letters."""

@@ -1,0 +1,76 @@
+"""The handler of ``agent_call`` tasks (and the base of the coordinator's kinds): one
+attempt is ONE HTTP call of the named agent, through its circuit breaker and within its
+timeout, with AgentClient's in-call retries off (the task's retries replace them).
+
+How an attempt ends: a valid answer is the task's result (the seed's response_format);
+a timeout, a transport error, a 5xx or 429, or an agent reporting a retryable failure is
+``TaskFailed(retryable=True)``; a 4xx, a malformed or oversized answer, an agent without a
+URL or unknown is ``TaskFailed(retryable=False)`` (another attempt would get the same);
+an open circuit is ``TaskDelayed`` until the breaker lets a probe through."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+from app.agents.schemas import Agent
+from app.agents.service import AgentService
+from app.clock import Clock
+from app.coordination.breaker import BreakerOpen
+from app.coordination.breakers import BreakerRegistry
+from app.coordination.dispatch import AgentCallFailed, AgentClient, Answer
+from app.errors import NotFound
+from app.tasks.schemas import Task, TaskDelayed, TaskFailed
+
+
+class AgentCall:
+    """Calls a task's agent once with the task's input as the request body."""
+
+    def __init__(
+        self, agents: AgentService, breakers: BreakerRegistry, client: AgentClient, clock: Clock
+    ) -> None:
+        self._agents = agents
+        self._breakers = breakers
+        self._client = client
+        self._clock = clock
+
+    async def agent(self, name: str) -> Agent:
+        """The registered agent ``name``; a non-retryable failure if there is none."""
+        try:
+            agent = await self._agents.get_agent(name)
+        except NotFound:
+            raise TaskFailed(f"no agent named {name}", retryable=False) from None
+        if not agent.enabled:
+            raise TaskFailed(f"agent {name} is disabled", retryable=False)
+        return agent
+
+    async def attempt(self, agent: Agent, request: Any) -> Answer:
+        """One call of ``agent`` with ``request`` (an AgentRequest or a JSON object),
+        its failures translated into TaskFailed and TaskDelayed."""
+        breaker = self._breakers.breaker_for(agent)
+        try:
+            return await self._client.attempt(agent, breaker, request)
+        except BreakerOpen as refused:
+            raise TaskDelayed(self._probe_time(agent), str(refused)) from None
+        except TimeoutError:
+            raise TaskFailed(f"timeout after {agent.timeout_ms} ms", retryable=True) from None
+        except AgentCallFailed as failure:
+            raise TaskFailed(failure.reason, retryable=failure.retryable) from None
+
+    async def __call__(self, task: Task) -> dict[str, Any]:
+        """The ``agent_call`` handler: the task's input is the request body."""
+        agent = await self.agent(task.agent_name)
+        answer = await self.attempt(agent, task.input)
+        result: dict[str, Any] = answer.response.model_dump(mode="json")
+        if answer.repaired is not None:
+            result["repaired"] = answer.repaired
+        return result
+
+    def _probe_time(self, agent: Agent) -> datetime:
+        """When the agent's open circuit lets a probe through (forced open: check again
+        after its reset timeout)."""
+        reset = timedelta(milliseconds=agent.reset_timeout_ms)
+        snapshot = self._breakers.peek(agent.name)
+        if snapshot is not None and snapshot.state == "open" and snapshot.opened_at is not None:
+            return max(snapshot.opened_at + reset, self._clock.now())
+        return self._clock.now() + reset

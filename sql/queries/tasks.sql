@@ -1,0 +1,229 @@
+-- Durable agent tasks (app/tasks/): submission, the claim, the running attempt's lease,
+-- its outcome (completed, a retry, a delay, a failure for good), cancel, detach, reads.
+-- Every statement that ends an attempt is fenced by (lease_owner, attempt): a replica
+-- whose lease was taken over changes nothing. The transition rule and the history are
+-- the trigger's (agent_task_transition in schema.sql); the dead letter, the session's
+-- escalation and the event are agent_task_dead_lettered's.
+
+-- name: insert_task
+-- A queued task. No row back when the principal already used the idempotency key: the
+-- caller reads that task (get_task_by_key). $1 task id, $2 session, $3 user, $4 agent,
+-- $5 kind, $6 input, $7 priority, $8 scheduled at, $9 max attempts, $10 key,
+-- $11 created by, $12 trace id, $13 traceparent, $14 now, $15 decision, $16 requeue of.
+INSERT INTO agent_tasks (task_id, session_id, user_id, agent_name, kind, input, priority,
+                         scheduled_at, max_attempts, idempotency_key, created_by, trace_id,
+                         traceparent, created_at, decision_id, requeue_of, status_reason)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, 'submitted')
+ON CONFLICT (created_by, idempotency_key) DO NOTHING
+RETURNING *
+
+-- name: insert_task_leased
+-- The same task already leased to the submitting replica at its first attempt (it runs
+-- it at once), unless the agent has $19 attempts running: then no row, and the caller
+-- queues it with insert_task. Called under claim_lock, like the claim. $17 owner,
+-- $18 lease until.
+INSERT INTO agent_tasks (task_id, session_id, user_id, agent_name, kind, input, priority,
+                         scheduled_at, max_attempts, idempotency_key, created_by, trace_id,
+                         traceparent, created_at, decision_id, requeue_of, status, attempt,
+                         lease_owner, lease_expires_at, started_at, status_actor,
+                         status_reason)
+SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, 'working', 1,
+       $17, $18, $14, $17, 'run where submitted'
+WHERE (SELECT count(*) FROM agent_tasks WHERE agent_name = $4 AND lease_owner IS NOT NULL)
+      < $19
+ON CONFLICT (created_by, idempotency_key) DO NOTHING
+RETURNING *
+
+-- name: claim_lock
+-- Claims (and leased submissions) take turns, so that the per-agent limit they check is
+-- not read by two of them at once. A claim holds it for one statement.
+SELECT pg_advisory_xact_lock(1396855377)
+
+-- name: claim_tasks
+-- Up to $4 due tasks for replica $2, leased until $3, in priority (10 first) then
+-- scheduled_at order, skipping rows another claimer holds and agents at their limit
+-- ($5 agents with a limit of their own, $6 those limits, $7 everyone else's). A few
+-- more rows than wanted are locked, so that per-agent trimming still fills the batch.
+WITH running AS (
+    SELECT agent_name, count(*) AS n FROM agent_tasks
+    WHERE lease_owner IS NOT NULL GROUP BY agent_name
+), limits AS (
+    SELECT agent_name, n FROM unnest($5::text[], $6::integer[]) AS l (agent_name, n)
+), candidates AS (
+    SELECT t.task_id, t.agent_name, t.priority, t.scheduled_at
+    FROM agent_tasks t
+    WHERE t.status IN ('submitted', 'working') AND t.lease_owner IS NULL
+      AND t.scheduled_at <= $1
+      AND coalesce((SELECT r.n FROM running r WHERE r.agent_name = t.agent_name), 0)
+          < coalesce((SELECT l.n FROM limits l WHERE l.agent_name = t.agent_name), $7)
+    ORDER BY t.priority DESC, t.scheduled_at
+    LIMIT $4::integer * 4
+    FOR UPDATE SKIP LOCKED
+), chosen AS (
+    SELECT c.task_id FROM (
+        SELECT c.*, row_number() OVER (PARTITION BY c.agent_name
+                                       ORDER BY c.priority DESC, c.scheduled_at) AS k
+        FROM candidates c) c
+    WHERE c.k + coalesce((SELECT r.n FROM running r WHERE r.agent_name = c.agent_name), 0)
+          <= coalesce((SELECT l.n FROM limits l WHERE l.agent_name = c.agent_name), $7)
+    ORDER BY c.priority DESC, c.scheduled_at
+    LIMIT $4
+)
+UPDATE agent_tasks t
+SET status = 'working', attempt = t.attempt + 1, lease_owner = $2, lease_expires_at = $3,
+    started_at = coalesce(t.started_at, $1), status_actor = $2, status_reason = 'claimed'
+FROM chosen
+WHERE t.task_id = chosen.task_id
+RETURNING t.*
+
+-- name: renew_leases
+-- The attempts replica $1 runs ($2) keep their tasks until $3; a task not returned has
+-- lost its lease (taken over, or canceled), and its attempt must stop.
+UPDATE agent_tasks
+SET lease_expires_at = $3
+WHERE task_id = ANY ($2::uuid[]) AND lease_owner = $1
+RETURNING task_id
+
+-- name: complete_task
+-- $1 task, $2 owner, $3 attempt, $4 result, $5 now.
+UPDATE agent_tasks
+SET status = 'completed', result = $4, finished_at = $5, lease_owner = NULL,
+    lease_expires_at = NULL, last_error = NULL, status_actor = $2, status_reason = 'completed'
+WHERE task_id = $1 AND lease_owner = $2 AND attempt = $3
+RETURNING *
+
+-- name: retry_task
+-- The attempt failed and another one is due at $5 (after the backoff): the same task,
+-- still working, its lease given up. $4 the error.
+UPDATE agent_tasks
+SET lease_owner = NULL, lease_expires_at = NULL, scheduled_at = $5, last_error = $4,
+    status_actor = $2, status_reason = 'retry after: ' || $4
+WHERE task_id = $1 AND lease_owner = $2 AND attempt = $3
+RETURNING *
+
+-- name: delay_task
+-- The attempt was never made (the agent's circuit is open): the attempt is given back and
+-- the task waits until $5, when the breaker may let a probe through. $4 why.
+UPDATE agent_tasks
+SET lease_owner = NULL, lease_expires_at = NULL, scheduled_at = $5,
+    attempt = attempt - 1, status_actor = $2, status_reason = 'delayed: ' || $4
+WHERE task_id = $1 AND lease_owner = $2 AND attempt = $3
+RETURNING *
+
+-- name: fail_task
+-- The task failed for good ($6: 'attempts_exhausted' or 'not_retryable'): failed, its
+-- dead letter, its session escalated, the event. $4 the error, $5 now.
+WITH failed AS (
+    UPDATE agent_tasks
+    SET status = 'failed', last_error = $4, finished_at = $5, lease_owner = NULL,
+        lease_expires_at = NULL, status_actor = $2, status_reason = $6
+    WHERE task_id = $1 AND lease_owner = $2 AND attempt = $3
+    RETURNING *
+)
+SELECT f.*, agent_task_dead_lettered(ROW(f.*)::agent_tasks, $6, $5) AS dead_letter_id
+FROM failed f
+
+-- name: release_expired_leases
+-- The reaper: attempts whose replica stopped renewing (killed) before their last attempt
+-- go back to the queue at once; the next claim is a new attempt. $1 now, $2 reaper.
+UPDATE agent_tasks t
+SET lease_owner = NULL, lease_expires_at = NULL, scheduled_at = $1,
+    last_error = 'lease of ' || t.lease_owner || ' expired', status_actor = $2,
+    status_reason = 'lease expired'
+WHERE t.task_id = ANY (ARRAY(
+        SELECT x.task_id FROM agent_tasks x
+        WHERE x.lease_owner IS NOT NULL AND x.lease_expires_at < $1
+          AND x.attempt < x.max_attempts
+        ORDER BY x.lease_expires_at
+        LIMIT 100
+        FOR UPDATE SKIP LOCKED))
+RETURNING t.task_id
+
+-- name: fail_expired_leases
+-- The same for attempts that were the last: the task fails for good (lease_expired).
+WITH failed AS (
+    UPDATE agent_tasks t
+    SET status = 'failed', finished_at = $1, lease_owner = NULL, lease_expires_at = NULL,
+        last_error = 'lease of ' || t.lease_owner || ' expired on the last attempt',
+        status_actor = $2, status_reason = 'lease_expired'
+    WHERE t.task_id = ANY (ARRAY(
+            SELECT x.task_id FROM agent_tasks x
+            WHERE x.lease_owner IS NOT NULL AND x.lease_expires_at < $1
+              AND x.attempt >= x.max_attempts
+            ORDER BY x.lease_expires_at
+            LIMIT 100
+            FOR UPDATE SKIP LOCKED))
+    RETURNING t.*
+)
+SELECT f.*, agent_task_dead_lettered(ROW(f.*)::agent_tasks, 'lease_expired', $1)
+           AS dead_letter_id
+FROM failed f
+
+-- name: cancel_task
+-- $2 who, $3 now, $4 why. No row: the task is already over (or does not exist).
+UPDATE agent_tasks
+SET status = 'canceled', finished_at = $3, lease_owner = NULL, lease_expires_at = NULL,
+    status_actor = $2, status_reason = $4
+WHERE task_id = $1 AND status NOT IN ('completed', 'failed', 'canceled', 'rejected')
+RETURNING *
+
+-- name: detach_task
+-- Serialised with completion by the row lock: exactly one of the two sees the other.
+UPDATE agent_tasks
+SET detached = true
+WHERE task_id = $1 AND status NOT IN ('completed', 'failed', 'canceled', 'rejected')
+RETURNING *
+
+-- name: get_task
+SELECT * FROM agent_tasks WHERE task_id = $1
+
+-- name: get_tasks
+SELECT * FROM agent_tasks WHERE task_id = ANY ($1::uuid[])
+
+-- name: get_task_by_key
+SELECT * FROM agent_tasks WHERE created_by = $1 AND idempotency_key = $2
+
+-- name: list_session_tasks
+-- Keyset page, newest first: rows strictly before the cursor ($2, $3).
+SELECT * FROM agent_tasks
+WHERE session_id = $1 AND (created_at, task_id) < ($2, $3)
+ORDER BY created_at DESC, task_id DESC
+LIMIT $4
+
+-- name: task_transitions
+SELECT * FROM agent_task_transitions WHERE task_id = $1 ORDER BY at, attempt
+
+-- name: list_dead_letters
+-- Newest first; $1 'open', 'requeued', 'discarded' or 'all'.
+SELECT d.*, t.agent_name, t.kind, t.session_id, t.user_id, t.attempt AS attempts
+FROM dead_letters d
+JOIN agent_tasks t USING (task_id)
+WHERE ($1 = 'all' OR $1 = CASE WHEN d.discarded_at IS NOT NULL THEN 'discarded'
+                               WHEN d.requeued_at IS NOT NULL THEN 'requeued'
+                               ELSE 'open' END)
+  AND (d.failed_at, d.dead_letter_id) < ($2, $3)
+ORDER BY d.failed_at DESC, d.dead_letter_id DESC
+LIMIT $4
+
+-- name: lock_dead_letter
+SELECT d.*, t.agent_name, t.kind, t.session_id, t.user_id, t.attempt AS attempts
+FROM dead_letters d
+JOIN agent_tasks t USING (task_id)
+WHERE d.dead_letter_id = $1
+FOR UPDATE OF d
+
+-- name: mark_requeued
+UPDATE dead_letters
+SET requeued_task_id = $2, requeued_at = $3, requeued_by = $4
+WHERE dead_letter_id = $1
+
+-- name: mark_discarded
+UPDATE dead_letters
+SET discarded_at = $2, discarded_by = $3, discard_reason = $4
+WHERE dead_letter_id = $1
+
+-- name: get_dead_letter
+SELECT d.*, t.agent_name, t.kind, t.session_id, t.user_id, t.attempt AS attempts
+FROM dead_letters d
+JOIN agent_tasks t USING (task_id)
+WHERE d.dead_letter_id = $1
