@@ -406,7 +406,9 @@ class CoordinationService:
             priority=task_priority(intent.score),
         )
         budget = 0.0 if breaker.refusing() is not None else msg.remaining()
-        return await self._agent_tasks.run(new, msg.principal.name, request.request_id, budget)
+        return await self._agent_tasks.run(
+            new, msg.principal.name, request.request_id, budget, agent
+        )
 
     async def _classify(
         self,

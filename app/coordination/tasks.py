@@ -24,6 +24,7 @@ from uuid import UUID
 import msgspec
 
 from app.agents import repository as agents_repo
+from app.agents.schemas import Agent
 from app.coordination.answers import RepairKind
 from app.coordination.breaker import BreakerOpen
 from app.coordination.breakers import BreakerRegistry
@@ -120,8 +121,10 @@ class AgentTasks:
         self._client = client
         self._breakers = breakers
         # Requests waiting for a task run here, by request_id (known before the task's id):
-        # told when an attempt failed, so that they stop waiting for the retry.
+        # told when an attempt failed, so that they stop waiting for the retry; and the
+        # agent as the request read it, which the first attempt here uses (no re-read).
         self._watching: dict[str, asyncio.Future[str]] = {}
+        self._agents: dict[str, Agent] = {}
 
     # -- one attempt (the handler) ------------------------------------------------------
 
@@ -146,8 +149,10 @@ class AgentTasks:
             raise
 
     async def _attempt(self, task: Task, request: dict[str, Any]) -> dict[str, Any]:
-        async with self._db.connection() as conn:
-            agent = await agents_repo.get_agent_by_name(conn, task.agent_name)
+        agent = self._agents.pop(str(request.get("request_id")), None)
+        if agent is None or agent.name != task.agent_name:
+            async with self._db.connection() as conn:
+                agent = await agents_repo.get_agent_by_name(conn, task.agent_name)
         if agent is None or not agent.enabled:
             raise TaskFailed(
                 f"agent {task.agent_name} is not registered or disabled", retryable=False
@@ -179,21 +184,30 @@ class AgentTasks:
     # -- waiting (the request) ----------------------------------------------------------
 
     async def run(
-        self, new: NewTask, principal: str, request_id: str, budget: float, *, run_here: bool = True
+        self,
+        new: NewTask,
+        principal: str,
+        request_id: str,
+        budget: float,
+        agent: Agent | None = None,
     ) -> Waited:
-        """Submit ``new`` and wait up to ``budget`` seconds for it: its answer, its failure
-        for good, or (budget spent, or an attempt failed) the task detached, going on."""
+        """Submit ``new`` (run here) and wait up to ``budget`` seconds for it: its answer,
+        its failure for good, or (budget spent, or an attempt failed) the task detached,
+        going on. ``agent``: the agent as just read, for the first attempt."""
         started = time.monotonic()
         loop = asyncio.get_running_loop()
         failed: asyncio.Future[str] = loop.create_future()
         self._watching[request_id] = failed
+        if agent is not None:
+            self._agents[request_id] = agent
         try:
-            task = await self._tasks.submit(new, principal, run_here=run_here)
+            task = await self._tasks.submit(new, principal, run_here=True)
             remaining = budget - (time.monotonic() - started)
             if not task.terminal and remaining > 0:
                 task = await self._wait(task, remaining, failed)
         finally:
             self._watching.pop(request_id, None)
+            self._agents.pop(request_id, None)  # not run here (queued): read when claimed
             if not failed.done():
                 failed.cancel()
         if not task.terminal:
