@@ -58,6 +58,7 @@ drills: $(STAMP)
 	$(BIN)/python -m drills.kill_during_sweep
 	$(BIN)/python -m drills.kill_during_webhook_writes
 	$(BIN)/python -m drills.three_replicas_one_day
+	$(BIN)/python -m drills.task_queue
 	$(BIN)/python -m drills.fuzz
 	$(BIN)/python -m drills.header_flood
 

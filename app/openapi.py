@@ -246,6 +246,19 @@ SERVICE_PROBLEMS: dict[tuple[str, str], dict[int, str]] = {
     ("POST", "/v1/sessions/{session_id}/restore"): {
         409: "The session is live: there is nothing to restore.",
     },
+    ("POST", "/v1/tasks"): {
+        404: "agent_name names no agent, or session_id no session.",
+    },
+    ("POST", "/v1/tasks/{task_id}/cancel"): {
+        403: "The key is neither the task's submitter nor its agent (nor an integration key).",
+        409: "The task is already over (status).",
+    },
+    ("POST", "/v1/dead-letters/{dead_letter_id}/requeue"): {
+        409: "The dead letter was already requeued or discarded (state).",
+    },
+    ("DELETE", "/v1/dead-letters/{dead_letter_id}"): {
+        409: "The dead letter was already requeued or discarded (state).",
+    },
     ("POST", "/webhooks/n8n/coordination"): {
         404: "user_id names no user, or session_id no session.",
         409: _IN_PROGRESS + " Or the session is completed.",

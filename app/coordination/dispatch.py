@@ -37,6 +37,9 @@ from app.sessions.schemas import Session
 # (1 MiB of memory content and 64 KiB around it), the most a client may send the other way.
 DEFAULT_MAX_ANSWER_BYTES = 1024 * 1024 + 64 * 1024
 DEFAULT_REPAIR_MAX_BYTES = 64 * 1024
+# The reason of an answer that is not (repairable) JSON or not the response format: not
+# retried within a call, but a durable task's next attempt may get a good one.
+MALFORMED_ANSWER = "agent answered malformed JSON"
 
 
 class AgentCallFailed(Exception):
@@ -197,9 +200,7 @@ class AgentClient:
         try:
             response = AgentResponse.model_validate(value)
         except ValidationError:
-            raise AgentCallFailed(
-                "agent answered malformed JSON", retryable=False, malformed=True
-            ) from None
+            raise AgentCallFailed(MALFORMED_ANSWER, retryable=False, malformed=True) from None
         if not response.success:
             details = response.error_details
             reason = (details.message or details.code) if details else None
@@ -244,15 +245,13 @@ class AgentClient:
                 malformed=True,
             ) from None
         except TooDeeplyNested:
-            raise AgentCallFailed(
-                "agent answered malformed JSON", retryable=False, malformed=True
-            ) from None
+            raise AgentCallFailed(MALFORMED_ANSWER, retryable=False, malformed=True) from None
         except MalformedJson:
             pass
         # Off the event loop: other requests go on while a long answer is repaired.
         repaired = await asyncio.to_thread(repair_answer, body, self._repair_max_bytes)
         if repaired is None:
-            raise AgentCallFailed("agent answered malformed JSON", retryable=False, malformed=True)
+            raise AgentCallFailed(MALFORMED_ANSWER, retryable=False, malformed=True)
         return repaired.value, repaired.kind
 
 

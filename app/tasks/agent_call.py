@@ -3,9 +3,11 @@ attempt is ONE HTTP call of the named agent, through its circuit breaker and wit
 timeout, with AgentClient's in-call retries off (the task's retries replace them).
 
 How an attempt ends: a valid answer is the task's result (the seed's response_format);
-a timeout, a transport error, a 5xx or 429, or an agent reporting a retryable failure is
-``TaskFailed(retryable=True)``; a 4xx, a malformed or oversized answer, an agent without a
-URL or unknown is ``TaskFailed(retryable=False)`` (another attempt would get the same);
+a timeout, a transport error, a 5xx or 429, a malformed answer (not JSON even after
+repair, or not the response format) or an agent reporting a retryable failure is
+``TaskFailed(retryable=True)``; a 4xx, an oversized answer or one holding values that
+cannot be stored, an agent without a URL, disabled or unknown is
+``TaskFailed(retryable=False)`` (another attempt would get the same);
 an open circuit is ``TaskDelayed`` until the breaker lets a probe through."""
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from app.agents.service import AgentService
 from app.clock import Clock
 from app.coordination.breaker import BreakerOpen
 from app.coordination.breakers import BreakerRegistry
-from app.coordination.dispatch import AgentCallFailed, AgentClient, Answer
+from app.coordination.dispatch import MALFORMED_ANSWER, AgentCallFailed, AgentClient, Answer
 from app.errors import NotFound
 from app.tasks.schemas import Task, TaskDelayed, TaskFailed
 
@@ -55,7 +57,9 @@ class AgentCall:
         except TimeoutError:
             raise TaskFailed(f"timeout after {agent.timeout_ms} ms", retryable=True) from None
         except AgentCallFailed as failure:
-            raise TaskFailed(failure.reason, retryable=failure.retryable) from None
+            # An LLM's next answer may be well-formed: malformed is worth another attempt.
+            retryable = failure.retryable or failure.reason == MALFORMED_ANSWER
+            raise TaskFailed(failure.reason, retryable=retryable) from None
 
     async def __call__(self, task: Task) -> dict[str, Any]:
         """The ``agent_call`` handler: the task's input is the request body."""

@@ -580,6 +580,53 @@ async def _on_completed(probe: Probe, action: str, body: Any = None) -> httpx.Re
     return await probe.client.post(f"/v1/sessions/{session['session_id']}/{action}", json=body)
 
 
+async def _task(probe: Probe, **extra: Any) -> dict[str, Any]:
+    body = {"agent_name": "Make_Plan_Agent", "input": {"message": "plan"}, **extra}
+    response = await probe.client.post("/v1/tasks", json=body)
+    assert response.status_code == 201, response.text
+    task: dict[str, Any] = response.json()
+    return task
+
+
+async def _cancel_twice(probe: Probe) -> httpx.Response:
+    task = await _task(probe)
+    assert (await probe.client.post(f"/v1/tasks/{task['task_id']}/cancel")).status_code == 200
+    return await probe.client.post(f"/v1/tasks/{task['task_id']}/cancel")
+
+
+async def _cancel_anothers_task(probe: Probe) -> httpx.Response:
+    session = await create_session(probe.client)
+    task = await _task(probe, session_id=session["session_id"])
+    async with await probe.agent() as agent:
+        return await agent.post(f"/v1/tasks/{task['task_id']}/cancel")
+
+
+async def _discarded_letter(probe: Probe) -> str:
+    """A dead letter someone already discarded."""
+    task = await _task(probe)
+    letter = str(uuid.uuid4())
+    await probe.sql(
+        "UPDATE agent_tasks SET status = 'failed', last_error = 'boom' WHERE task_id = $1",
+        uuid.UUID(task["task_id"]),
+    )
+    await probe.sql(
+        "INSERT INTO dead_letters (dead_letter_id, task_id, failure_reason, failed_at)"
+        " VALUES ($1, $2, 'not_retryable', now())",
+        uuid.UUID(letter),
+        uuid.UUID(task["task_id"]),
+    )
+    assert (await probe.client.delete(f"/v1/dead-letters/{letter}")).status_code == 200
+    return letter
+
+
+async def _requeue_discarded(probe: Probe) -> httpx.Response:
+    return await probe.client.post(f"/v1/dead-letters/{await _discarded_letter(probe)}/requeue")
+
+
+async def _discard_discarded(probe: Probe) -> httpx.Response:
+    return await probe.client.delete(f"/v1/dead-letters/{await _discarded_letter(probe)}")
+
+
 # (method, path, status) -> how to make the app answer it. Every documented status that
 # is not derived from a shared mechanism, and every status a service documents, needs one.
 PROVOKE: dict[tuple[str, str, int], Provocation] = {
@@ -645,6 +692,13 @@ PROVOKE: dict[tuple[str, str, int], Provocation] = {
     ("POST", "/v1/sessions/{session_id}/pending/next", 409): lambda p: _nothing_pending(p),
     ("POST", "/v1/jobs/{name}/run", 409): _run_taken_over,
     ("POST", "/v1/sessions/{session_id}/restore", 409): lambda p: _restore_live(p),
+    ("POST", "/v1/tasks", 404): lambda p: _post(
+        p, "/v1/tasks", {"agent_name": "Nobody_Agent", "input": {}}
+    ),
+    ("POST", "/v1/tasks/{task_id}/cancel", 403): _cancel_anothers_task,
+    ("POST", "/v1/tasks/{task_id}/cancel", 409): _cancel_twice,
+    ("POST", "/v1/dead-letters/{dead_letter_id}/requeue", 409): _requeue_discarded,
+    ("DELETE", "/v1/dead-letters/{dead_letter_id}", 409): _discard_discarded,
     ("POST", "/webhooks/n8n/coordination", 404): lambda p: _post(
         p, "/webhooks/n8n/coordination", {"user_id": str(uuid.uuid4()), "text": "hello"}
     ),

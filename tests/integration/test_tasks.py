@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from uuid import UUID
 
@@ -17,6 +17,7 @@ from litestar import Litestar
 
 from app.asgi import create_app
 from app.settings import DatabaseSettings, Settings, TaskSettings
+from app.tasks.schemas import NewTask, Task, TaskDelayed
 from app.tasks.service import TaskService
 from tests.agent_server import AgentServer
 from tests.conftest import ADMIN_KEY, LOOPBACK_ALLOWED
@@ -406,3 +407,135 @@ async def test_erasing_a_user_deletes_their_tasks_and_dead_letters(
         await conn.close()
     assert [row["task_id"] for row in left] == [bystander["task_id"]]
     assert letters == 1
+
+
+async def test_run_here_starts_at_once_and_wait_and_on_finished_see_the_result(
+    client: httpx.AsyncClient,
+) -> None:
+    service = service_of(client)
+    finished_hooks: list[Task] = []
+    release = asyncio.Event()
+
+    async def handle(task: Task) -> dict[str, Any]:
+        if task.input.get("slow"):
+            await release.wait()
+        return {"echo": task.input}
+
+    async def on_finished(task: Task) -> None:
+        finished_hooks.append(task)
+
+    service.register("classify", handle, on_finished)
+    fast = await service.submit(
+        NewTask(agent_name="Any_Agent", kind="classify", input={"n": 1}), "test", run_here=True
+    )
+    assert fast.status == "working"
+    assert fast.attempt == 1
+    assert fast.lease_owner == service.replica
+    done = await service.wait(fast.task_id, 5)
+    assert done.status == "completed"
+    assert done.result == {"echo": {"n": 1}}
+
+    slow = await service.submit(
+        NewTask(agent_name="Any_Agent", kind="classify", input={"slow": True}),
+        "test",
+        run_here=True,
+    )
+    waited = await service.wait(slow.task_id, 0.1)
+    assert waited.status == "working"
+    detached = await service.detach(slow.task_id)
+    assert detached.detached is True
+    release.set()
+    later = await service.wait(slow.task_id, 5)
+    assert later.status == "completed"
+    assert await service.detach(slow.task_id) == later  # terminal: the row as it is
+    await until(lambda: len(finished_hooks) == 2)
+    assert [(t.task_id, t.detached) for t in finished_hooks] == [
+        (fast.task_id, False),
+        (slow.task_id, True),
+    ]
+
+
+async def test_a_delay_gives_the_attempt_back(client: httpx.AsyncClient) -> None:
+    service = service_of(client)
+    calls: list[int] = []
+
+    async def handle(task: Task) -> dict[str, Any]:
+        calls.append(task.attempt)
+        if len(calls) < 3:
+            raise TaskDelayed(datetime.now(UTC) + timedelta(milliseconds=100), "circuit open")
+        return {}
+
+    service.register("classify", handle)
+    task = await service.submit(NewTask(agent_name="Any", kind="classify", input={}), "test")
+    done = await service.wait(task.task_id, 10)
+    assert done.status == "completed"
+    assert calls == [1, 1, 1]
+    assert done.attempt == 1
+
+
+async def test_an_open_breaker_delays_the_task_without_burning_an_attempt(
+    client: httpx.AsyncClient,
+) -> None:
+    flaky = await AgentServer(behaviour="fail", heal_after=1).start()
+    try:
+        response = await client.post(
+            "/v1/agents",
+            json={
+                "name": "Fragile_Agent",
+                "url": flaky.url,
+                "timeout_ms": 2000,
+                "fail_max": 1,
+                "reset_timeout_ms": 1500,
+            },
+        )
+        assert response.status_code == 201, response.text
+        task = await submit(client, "Fragile_Agent")
+        detail = await finished(client, task["task_id"])
+    finally:
+        await flaky.stop()
+    assert detail["task"]["status"] == "completed"
+    # One failure opened the circuit; the retry (due within 0.2 s) found it open and was
+    # delayed until it could probe, which succeeded: two calls, two attempts.
+    assert len(flaky.requests) == 2
+    assert detail["task"]["attempt"] == 2
+    reasons = [step["reason"] for step in detail["transitions"]]
+    assert any(reason.startswith("delayed: circuit of Fragile_Agent is open") for reason in reasons)
+
+
+async def test_a_task_keeps_the_trace_of_its_request_and_continues_it(
+    client: httpx.AsyncClient, agent: AgentServer
+) -> None:
+    await register(client, "Echo_Agent", agent)
+    trace_id = "4bf92f3577b34da6a3ce929d0e0e4736"
+    response = await client.post(
+        "/v1/tasks",
+        json={"agent_name": "Echo_Agent", "input": {}},
+        headers={"traceparent": f"00-{trace_id}-00f067aa0ba902b7-01"},
+    )
+    assert response.status_code == 201, response.text
+    task = response.json()
+    assert task["trace_id"] == trace_id
+    assert task["traceparent"].startswith(f"00-{trace_id}-")
+    await finished(client, task["task_id"])
+    assert agent.headers[0]["traceparent"].startswith(f"00-{trace_id}-")
+
+
+async def until(predicate: Any, seconds: float = 10) -> None:
+    for _ in range(int(seconds / 0.02)):
+        if predicate():
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError("condition not reached in time")
+
+
+async def test_a_malformed_answer_is_retried(client: httpx.AsyncClient) -> None:
+    babbling = await AgentServer(behaviour="garbage", heal_after=1).start()
+    try:
+        await register(client, "Babbling_Agent", babbling)
+        task = await submit(client, "Babbling_Agent")
+        detail = await finished(client, task["task_id"])
+    finally:
+        await babbling.stop()
+    assert detail["task"]["status"] == "completed"
+    assert detail["task"]["attempt"] == 2
+    assert "malformed" in detail["transitions"][2]["reason"]
