@@ -115,7 +115,7 @@ class Services:
         # The coordinator's agent calls are tasks (kinds message, handoff, pending_action):
         # one attempt each (agent_tasks), and, for a task whose caller stopped waiting,
         # its end applied to the session and announced (task_completion).
-        self.agent_tasks = AgentTasks(database, self.tasks, self.agent_client, self.breakers)
+        self.agent_tasks = AgentTasks(self.tasks, self.agent_call)
         self.task_completion = TaskCompletion(
             database, clock, self.sessions, self.memories, self.breakers, self.events
         )

@@ -173,18 +173,6 @@ class AsyncCircuitBreaker:
             return "half_open"
         return None
 
-    def may_probe_at(self) -> datetime:
-        """When a call refused now could be let through: an open circuit's reset time; a
-        forced-open one (isolated until a person closes it) or a probe in flight, one reset
-        timeout from now (asked again then). A durable task waits for it without burning
-        an attempt."""
-        now = self._clock()
-        reset = timedelta(seconds=self._cb.reset_timeout)
-        opened_at: datetime | None = self._storage.opened_at
-        if not self._forced and self._storage.state == pybreaker.STATE_OPEN and opened_at:
-            return max(now, opened_at + reset)
-        return now + reset
-
     def _admit(self) -> int:
         """Refuse, or let the call through and return the epoch it was let through in."""
         refused = self.refusing()

@@ -43,15 +43,12 @@ MALFORMED_ANSWER = "agent answered malformed JSON"
 
 
 class AgentCallFailed(Exception):
-    """An attempt failed; ``retryable`` says whether another attempt within the call may
-    help; ``malformed``: the agent answered, but not with a valid answer (too long, not
-    JSON even once repaired, not the protocol's shape, values that cannot be stored)."""
+    """An attempt failed; ``retryable`` says whether another attempt may help."""
 
-    def __init__(self, reason: str, *, retryable: bool, malformed: bool = False) -> None:
+    def __init__(self, reason: str, *, retryable: bool) -> None:
         super().__init__(reason)
         self.reason = reason
         self.retryable = retryable
-        self.malformed = malformed
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,7 +197,7 @@ class AgentClient:
         try:
             response = AgentResponse.model_validate(value)
         except ValidationError:
-            raise AgentCallFailed(MALFORMED_ANSWER, retryable=False, malformed=True) from None
+            raise AgentCallFailed(MALFORMED_ANSWER, retryable=False) from None
         if not response.success:
             details = response.error_details
             reason = (details.message or details.code) if details else None
@@ -216,17 +213,13 @@ class AgentClient:
         limit = self._max_answer_bytes
         declared = reply.headers.get("content-length", "")
         if declared.isdigit() and int(declared) > limit:
-            raise AgentCallFailed(
-                f"agent answered more than {limit} bytes", retryable=False, malformed=True
-            )
+            raise AgentCallFailed(f"agent answered more than {limit} bytes", retryable=False)
         chunks: list[bytes] = []
         size = 0
         async for chunk in reply.aiter_bytes():
             size += len(chunk)
             if size > limit:
-                raise AgentCallFailed(
-                    f"agent answered more than {limit} bytes", retryable=False, malformed=True
-                )
+                raise AgentCallFailed(f"agent answered more than {limit} bytes", retryable=False)
             chunks.append(chunk)
         return b"".join(chunks)
 
@@ -240,18 +233,16 @@ class AgentClient:
         except ValidationFailed as exc:
             fields = ", ".join(e["field"] for e in exc.extensions.get("errors", []))
             raise AgentCallFailed(
-                f"agent answered values that cannot be stored ({fields})",
-                retryable=False,
-                malformed=True,
+                f"agent answered values that cannot be stored ({fields})", retryable=False
             ) from None
         except TooDeeplyNested:
-            raise AgentCallFailed(MALFORMED_ANSWER, retryable=False, malformed=True) from None
+            raise AgentCallFailed(MALFORMED_ANSWER, retryable=False) from None
         except MalformedJson:
             pass
         # Off the event loop: other requests go on while a long answer is repaired.
         repaired = await asyncio.to_thread(repair_answer, body, self._repair_max_bytes)
         if repaired is None:
-            raise AgentCallFailed(MALFORMED_ANSWER, retryable=False, malformed=True)
+            raise AgentCallFailed(MALFORMED_ANSWER, retryable=False)
         return repaired.value, repaired.kind
 
 

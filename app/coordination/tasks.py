@@ -23,14 +23,11 @@ from uuid import UUID
 
 import msgspec
 
-from app.agents import repository as agents_repo
 from app.agents.schemas import Agent
 from app.coordination.answers import RepairKind
-from app.coordination.breaker import BreakerOpen
-from app.coordination.breakers import BreakerRegistry
-from app.coordination.dispatch import AgentCallFailed, AgentClient, CallResult
+from app.coordination.dispatch import CallResult
 from app.coordination.schemas import AgentRequest, AgentResponse, DecidedIntent
-from app.db.pool import Database
+from app.tasks.agent_call import AgentCall
 from app.tasks.schemas import NewTask, Task, TaskDelayed, TaskFailed
 from app.tasks.service import TaskService
 
@@ -39,8 +36,9 @@ COORDINATOR_KINDS = ("message", "handoff", "pending_action")
 # Where a task is read by clients.
 TASK_PATH = "/v1/tasks/{task_id}"
 # The result document's key for what was wrong with the answer's JSON, when it was repaired;
-# the rest of the document is the agent's answer (the seed's response_format).
-REPAIRED_KEY = "repaired_from"
+# the rest of the document is the agent's answer (the seed's response_format). The same
+# key as agent_call tasks' (app/tasks/agent_call.py).
+REPAIRED_KEY = "repaired"
 
 
 def task_url(task_id: UUID) -> str:
@@ -109,17 +107,9 @@ class Waited:
 class AgentTasks:
     """Runs the coordinator's task attempts and waits for them."""
 
-    def __init__(
-        self,
-        database: Database,
-        tasks: TaskService,
-        client: AgentClient,
-        breakers: BreakerRegistry,
-    ) -> None:
-        self._db = database
+    def __init__(self, tasks: TaskService, call: AgentCall) -> None:
         self._tasks = tasks
-        self._client = client
-        self._breakers = breakers
+        self._call = call
         # Requests waiting for a task run here, by request_id (known before the task's id):
         # told when an attempt failed, so that they stop waiting for the retry; and the
         # agent as the request read it, which the first attempt here uses (no re-read).
@@ -151,26 +141,10 @@ class AgentTasks:
     async def _attempt(self, task: Task, request: dict[str, Any]) -> dict[str, Any]:
         agent = self._agents.pop(str(request.get("request_id")), None)
         if agent is None or agent.name != task.agent_name:
-            async with self._db.connection() as conn:
-                agent = await agents_repo.get_agent_by_name(conn, task.agent_name)
-        if agent is None or not agent.enabled:
-            raise TaskFailed(
-                f"agent {task.agent_name} is not registered or disabled", retryable=False
-            )
-        breaker = self._breakers.breaker_for(agent)
-        if breaker.refusing() is not None:
-            raise TaskDelayed(breaker.may_probe_at(), f"circuit of {agent.name} is open")
-        try:
-            answer = await self._client.attempt(agent, breaker, request)
-        except BreakerOpen as refused:
-            raise TaskDelayed(breaker.may_probe_at(), str(refused)) from None
-        except TimeoutError:
-            raise TaskFailed(f"timeout after {agent.timeout_ms} ms", retryable=True) from None
-        except AgentCallFailed as failure:
-            # A malformed answer is asked again: an LLM's next answer may be well formed.
-            raise TaskFailed(
-                failure.reason, retryable=failure.retryable or failure.malformed
-            ) from None
+            agent = await self._call.agent(task.agent_name)
+        # What is retried, what waits for the breaker: app/tasks/agent_call.py, for every
+        # task that calls an agent.
+        answer = await self._call.attempt(agent, request)
         document: dict[str, Any] = answer.response.model_dump(mode="json")
         if answer.repaired is not None:
             document[REPAIRED_KEY] = answer.repaired
