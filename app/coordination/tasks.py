@@ -178,7 +178,13 @@ class AgentTasks:
             task = await self._tasks.submit(new, principal, run_here=True)
             remaining = budget - (time.monotonic() - started)
             if not task.terminal and remaining > 0:
-                task = await self._wait(task, remaining, failed)
+                try:
+                    task = await self._wait(task, remaining, failed)
+                except asyncio.CancelledError:
+                    # The caller went away (a client disconnected, the server stops): the
+                    # task's answer is applied when it comes, as for a caller that gave up.
+                    await asyncio.shield(self._tasks.detach(task.task_id))
+                    raise
         finally:
             self._watching.pop(request_id, None)
             self._agents.pop(request_id, None)  # not run here (queued): read when claimed

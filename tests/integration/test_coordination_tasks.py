@@ -522,3 +522,37 @@ async def test_the_webhook_waits_the_same_way_and_names_the_task(
     body = response.json()
     assert body["degraded"] is True
     assert body["task_url"] == f"/v1/tasks/{body['task_id']}"
+
+
+async def test_a_caller_that_goes_away_still_gets_the_answer_into_the_session(
+    client: httpx.AsyncClient, agent: AgentServer
+) -> None:
+    await configure(client, PLAN_AGENT, url=agent.url)
+    called, release = asyncio.Event(), asyncio.Event()
+
+    async def slow() -> None:
+        called.set()
+        await release.wait()
+
+    agent.before_reply = slow
+    session = await create_session(client)
+    sid = session["session_id"]
+    request = asyncio.create_task(post_message(client, sid, PLAN))
+    await called.wait()
+    request.cancel()  # the client disconnects while the request waits for the agent
+    with pytest.raises(asyncio.CancelledError):
+        await request
+    [task] = (await client.get(f"/v1/sessions/{sid}/tasks")).json()["items"]
+    assert (task["status"], task["detached"]) == ("working", True)
+
+    release.set()
+
+    async def answered() -> dict[str, Any] | None:
+        current: dict[str, Any] = (await client.get(f"/v1/sessions/{sid}")).json()
+        outputs = current["session_state"]["agent_outputs"]
+        return current if PLAN_AGENT in outputs else None
+
+    current = await eventually(answered)
+    assert current["agent_sequence"][-1]["task_id"] == task["task_id"]
+    late = (await decisions(client, sid))[0]
+    assert (late["outcome"], late["task_id"]) == ("agent", task["task_id"])
