@@ -1158,6 +1158,62 @@ CREATE TRIGGER agent_tasks_transition
           OR (OLD.lease_owner IS NOT NULL AND NEW.lease_owner IS NULL))
     EXECUTE FUNCTION agent_task_transition();
 
+-- The key of the claimers' turn (also taken by a submission leased at once).
+CREATE FUNCTION agent_tasks_claim_lock() RETURNS bigint
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+    SELECT 1396855377::bigint  -- 'SBRQ'
+$$;
+-- The claim: up to `wanted` due tasks leased to `owner` until `lease_until`, in priority
+-- (10 first) then scheduled_at order, skipping rows another claimer holds and agents at
+-- their concurrency limit (`limited_agents` with `agent_limits`, `default_limit` for the
+-- rest). Claims take turns (a transaction-level advisory lock): the per-agent count they
+-- read is then never read by two at once. A plpgsql function, so that the claim after the
+-- lock reads a snapshot taken after it, in one round trip. A few more rows than wanted are
+-- locked, so that per-agent trimming still fills the batch.
+CREATE FUNCTION agent_tasks_claim(
+    now timestamptz, owner text, lease_until timestamptz, wanted integer,
+    limited_agents text[], agent_limits integer[], default_limit integer)
+    RETURNS SETOF agent_tasks
+    LANGUAGE plpgsql VOLATILE
+AS $$
+BEGIN
+    PERFORM pg_advisory_xact_lock(agent_tasks_claim_lock());
+    RETURN QUERY
+    WITH running AS (
+        SELECT agent_name, count(*) AS n FROM agent_tasks
+        WHERE lease_owner IS NOT NULL GROUP BY agent_name
+    ), limits AS (
+        SELECT agent_name, n FROM unnest($5::text[], $6::integer[]) AS l (agent_name, n)
+    ), candidates AS (
+        SELECT t.task_id, t.agent_name, t.priority, t.scheduled_at
+        FROM agent_tasks t
+        WHERE t.status IN ('submitted', 'working') AND t.lease_owner IS NULL
+          AND t.scheduled_at <= $1
+          AND coalesce((SELECT r.n FROM running r WHERE r.agent_name = t.agent_name), 0)
+              < coalesce((SELECT l.n FROM limits l WHERE l.agent_name = t.agent_name), $7)
+        ORDER BY t.priority DESC, t.scheduled_at
+        LIMIT $4::integer * 4
+        FOR UPDATE SKIP LOCKED
+    ), chosen AS (
+        SELECT c.task_id FROM (
+            SELECT c.*, row_number() OVER (PARTITION BY c.agent_name
+                                           ORDER BY c.priority DESC, c.scheduled_at) AS k
+            FROM candidates c) c
+        WHERE c.k + coalesce((SELECT r.n FROM running r WHERE r.agent_name = c.agent_name), 0)
+              <= coalesce((SELECT l.n FROM limits l WHERE l.agent_name = c.agent_name), $7)
+        ORDER BY c.priority DESC, c.scheduled_at
+        LIMIT $4
+    )
+    UPDATE agent_tasks t
+    SET status = 'working', attempt = t.attempt + 1, lease_owner = $2, lease_expires_at = $3,
+        started_at = coalesce(t.started_at, $1), status_actor = $2, status_reason = 'claimed'
+    FROM chosen
+    WHERE t.task_id = chosen.task_id
+    RETURNING t.*;
+END
+$$;
+
 -- A queued task wakes the workers (they also poll): once per statement, whatever it wrote.
 CREATE FUNCTION agent_task_queued() RETURNS trigger
     LANGUAGE plpgsql

@@ -176,11 +176,23 @@ async def renew_leases(
     return {row["task_id"] for row in rows}
 
 
-async def complete_task(
-    conn: Connection, task_id: UUID, owner: str, attempt: int, result: dict[str, Any], now: datetime
-) -> Task | None:
-    """Record the result; None if the attempt lost its lease."""
-    return _optional(await conn.fetchrow(Q.complete_task, task_id, owner, attempt, result, now))
+async def complete_tasks(
+    conn: Connection,
+    owner: str,
+    done: list[tuple[UUID, int, dict[str, Any]]],
+    now: datetime,
+) -> dict[UUID, bool]:
+    """Store the results of ``owner``'s attempts (task, attempt, result); the ids stored
+    with their ``detached`` flag (one whose lease was lost is left out)."""
+    rows = await conn.fetch(
+        Q.complete_tasks,
+        owner,
+        [task_id for task_id, _, _ in done],
+        [attempt for _, attempt, _ in done],
+        [result for _, _, result in done],
+        now,
+    )
+    return {row["task_id"]: row["detached"] for row in rows}
 
 
 async def retry_task(

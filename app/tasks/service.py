@@ -16,8 +16,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
+from typing import Any
 from uuid import UUID
 
 import asyncpg
@@ -90,7 +91,13 @@ class TaskService:
         # Attempts running in this process, and those whose lease was found gone.
         self._running: dict[UUID, tuple[Task, asyncio.Task[None]]] = {}
         self._lost: set[UUID] = set()
+        # Attempts whose outcome is being stored: their lease is released by that store, so
+        # the renewal must not take its absence for a lost lease.
+        self._finishing: set[UUID] = set()
         self._waiters: dict[UUID, set[asyncio.Future[Task | None]]] = {}
+        # Results waiting for the next group commit, and the task storing them.
+        self._completing: list[tuple[Task, dict[str, Any], asyncio.Future[Task | None]]] = []
+        self._completer: asyncio.Task[None] | None = None
         # Set when an attempt ends here: a worker may claim again.
         self.slot_freed = asyncio.Event()
         self._stopping = asyncio.Event()
@@ -162,10 +169,13 @@ class TaskService:
         max_attempts = new.max_attempts or self.settings.max_attempts_for(new.agent_name)
         trace = (current_trace_id(), current_traceparent())
         task_id = uuid7()
+        leased = run_here and (new.scheduled_at is None or new.scheduled_at <= now)
         try:
-            async with self._db.transaction() as conn:
+            # A queued submission is one statement (autocommit); a leased one first takes
+            # the claimers' turn, which lasts until its transaction ends.
+            async with self._db.transaction() if leased else self._db.connection() as conn:
                 task: Task | None = None
-                if run_here and (new.scheduled_at is None or new.scheduled_at <= now):
+                if leased:
                     await repo.claim_lock(conn)
                     task = await repo.insert_task_leased(
                         conn,
@@ -448,6 +458,7 @@ class TaskService:
         finally:
             self._running.pop(task.task_id, None)
             self._lost.discard(task.task_id)
+            self._finishing.discard(task.task_id)
             self.slot_freed.set()
         if finished is not None and finished.terminal:
             await self._finish(finished)
@@ -461,22 +472,68 @@ class TaskService:
             if not isinstance(result, dict):
                 raise TaskFailed("the handler returned no result document", retryable=True)
         except TaskDelayed as delayed:
+            self._finishing.add(task.task_id)
             async with self._db.connection() as conn:
                 return await repo.delay_task(
                     conn, task.task_id, self.replica, task.attempt, delayed.reason, delayed.until
                 )
         except TaskFailed as failed:
+            self._finishing.add(task.task_id)
             return await self._failed(task, failed.reason, retryable=failed.retryable)
         except Exception as exc:
+            self._finishing.add(task.task_id)
             logger.exception("task %s: its handler raised", task.task_id)
             return await self._failed(task, f"{type(exc).__name__}: {exc}", retryable=True)
-        async with self._db.connection() as conn:
-            done = await repo.complete_task(
-                conn, task.task_id, self.replica, task.attempt, result, self._clock.now()
-            )
+        self._finishing.add(task.task_id)
+        done = await self._complete(task, result)
         if done is None:
             logger.warning("task %s: lease lost before its result was stored", task.task_id)
         return done
+
+    async def _complete(self, task: Task, result: dict[str, Any]) -> Task | None:
+        """Store an attempt's result. Results that arrive while a store is in flight go
+        together in the next one (group commit): one statement and one connection for
+        many tasks under load, no wait when idle."""
+        waiter: asyncio.Future[Task | None] = asyncio.get_running_loop().create_future()
+        self._completing.append((task, result, waiter))
+        if self._completer is None or self._completer.done():
+            self._completer = asyncio.create_task(self._store_completions())
+        return await asyncio.shield(waiter)
+
+    async def _store_completions(self) -> None:
+        while self._completing:
+            batch, self._completing = self._completing, []
+            now = self._clock.now()
+            try:
+                async with self._db.connection() as conn:
+                    stored = await repo.complete_tasks(
+                        conn,
+                        self.replica,
+                        [(task.task_id, task.attempt, result) for task, result, _ in batch],
+                        now,
+                    )
+            except Exception as exc:
+                for _, _, waiter in batch:
+                    if not waiter.done():
+                        waiter.set_exception(exc)
+                continue
+            for task, result, waiter in batch:
+                if not waiter.done():
+                    # The row as the statement left it, without reading it back.
+                    waiter.set_result(
+                        replace(
+                            task,
+                            status="completed",
+                            result=result,
+                            finished_at=now,
+                            lease_owner=None,
+                            lease_expires_at=None,
+                            last_error=None,
+                            detached=stored[task.task_id],
+                        )
+                        if task.task_id in stored
+                        else None
+                    )
 
     async def _failed(self, task: Task, error: str, *, retryable: bool) -> Task | None:
         now = self._clock.now()
@@ -523,7 +580,11 @@ class TaskService:
         while not self._stopping.is_set():
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stopping.wait(), timeout=interval)
-            held = {task_id: task.attempt for task_id, (task, _) in self._running.items()}
+            held = {
+                task_id: task.attempt
+                for task_id, (task, _) in self._running.items()
+                if task_id not in self._finishing
+            }
             if not held or self._stopping.is_set():
                 continue
             try:
@@ -534,9 +595,10 @@ class TaskService:
             except Exception:
                 logger.warning("could not renew task leases", exc_info=True)
                 continue
-            for task_id in set(held) - kept:
-                logger.warning("task %s: lease lost (canceled or taken over)", task_id)
-                self._drop_attempt(task_id)
+            for task_id in set(held) - kept - self._finishing:
+                if task_id in self._running:  # not ended while the renewal ran
+                    logger.warning("task %s: lease lost (canceled or taken over)", task_id)
+                    self._drop_attempt(task_id)
 
 
 def _may_see(principal: Principal, task: Task) -> bool:

@@ -35,46 +35,15 @@ ON CONFLICT (created_by, idempotency_key) DO NOTHING
 RETURNING *
 
 -- name: claim_lock
--- Claims (and leased submissions) take turns, so that the per-agent limit they check is
--- not read by two of them at once. A claim holds it for one statement.
-SELECT pg_advisory_xact_lock(1396855377)
+-- A leased submission takes the claimers' turn (agent_tasks_claim in schema.sql), so that
+-- the per-agent limit it checks is not read by a claim at the same time.
+SELECT pg_advisory_xact_lock(agent_tasks_claim_lock())
 
 -- name: claim_tasks
--- Up to $4 due tasks for replica $2, leased until $3, in priority (10 first) then
--- scheduled_at order, skipping rows another claimer holds and agents at their limit
--- ($5 agents with a limit of their own, $6 those limits, $7 everyone else's). A few
--- more rows than wanted are locked, so that per-agent trimming still fills the batch.
-WITH running AS (
-    SELECT agent_name, count(*) AS n FROM agent_tasks
-    WHERE lease_owner IS NOT NULL GROUP BY agent_name
-), limits AS (
-    SELECT agent_name, n FROM unnest($5::text[], $6::integer[]) AS l (agent_name, n)
-), candidates AS (
-    SELECT t.task_id, t.agent_name, t.priority, t.scheduled_at
-    FROM agent_tasks t
-    WHERE t.status IN ('submitted', 'working') AND t.lease_owner IS NULL
-      AND t.scheduled_at <= $1
-      AND coalesce((SELECT r.n FROM running r WHERE r.agent_name = t.agent_name), 0)
-          < coalesce((SELECT l.n FROM limits l WHERE l.agent_name = t.agent_name), $7)
-    ORDER BY t.priority DESC, t.scheduled_at
-    LIMIT $4::integer * 4
-    FOR UPDATE SKIP LOCKED
-), chosen AS (
-    SELECT c.task_id FROM (
-        SELECT c.*, row_number() OVER (PARTITION BY c.agent_name
-                                       ORDER BY c.priority DESC, c.scheduled_at) AS k
-        FROM candidates c) c
-    WHERE c.k + coalesce((SELECT r.n FROM running r WHERE r.agent_name = c.agent_name), 0)
-          <= coalesce((SELECT l.n FROM limits l WHERE l.agent_name = c.agent_name), $7)
-    ORDER BY c.priority DESC, c.scheduled_at
-    LIMIT $4
-)
-UPDATE agent_tasks t
-SET status = 'working', attempt = t.attempt + 1, lease_owner = $2, lease_expires_at = $3,
-    started_at = coalesce(t.started_at, $1), status_actor = $2, status_reason = 'claimed'
-FROM chosen
-WHERE t.task_id = chosen.task_id
-RETURNING t.*
+-- Up to $4 due tasks for replica $2, leased until $3 ($1 now; $5 agents with a
+-- concurrency limit of their own, $6 those limits, $7 everyone else's): one round trip,
+-- agent_tasks_claim() in schema.sql takes the claimers' turn and claims.
+SELECT * FROM agent_tasks_claim($1, $2, $3, $4, $5, $6, $7)
 
 -- name: renew_leases
 -- The attempts replica $1 runs ($2) keep their tasks until $3; a task not returned has
@@ -84,13 +53,17 @@ SET lease_expires_at = $3
 WHERE task_id = ANY ($2::uuid[]) AND lease_owner = $1
 RETURNING task_id
 
--- name: complete_task
--- $1 task, $2 owner, $3 attempt, $4 result, $5 now.
-UPDATE agent_tasks
-SET status = 'completed', result = $4, finished_at = $5, lease_owner = NULL,
-    lease_expires_at = NULL, last_error = NULL, status_actor = $2, status_reason = 'completed'
-WHERE task_id = $1 AND lease_owner = $2 AND attempt = $3
-RETURNING *
+-- name: complete_tasks
+-- The results of attempts replica $1 ran, stored together (a completion waits at most
+-- for the statement before it: group commit). $2 tasks, $3 their attempts, $4 their
+-- results, $5 now. Returns the ids stored and whether each was detached meanwhile (the
+-- caller holds the rest of each row); a task whose lease was lost is not among them.
+UPDATE agent_tasks t
+SET status = 'completed', result = c.result, finished_at = $5, lease_owner = NULL,
+    lease_expires_at = NULL, last_error = NULL, status_actor = $1, status_reason = 'completed'
+FROM unnest($2::uuid[], $3::integer[], $4::jsonb[]) AS c (task_id, attempt, result)
+WHERE t.task_id = c.task_id AND t.lease_owner = $1 AND t.attempt = c.attempt
+RETURNING t.task_id, t.detached
 
 -- name: retry_task
 -- The attempt failed and another one is due at $5 (after the backoff): the same task,

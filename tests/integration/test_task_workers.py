@@ -20,7 +20,7 @@ from app.clock import SystemClock
 from app.db.pool import Database
 from app.services import Services, build_services
 from app.settings import DatabaseSettings, Settings, TaskSettings
-from app.tasks.schemas import NewTask
+from app.tasks.schemas import NewTask, Task
 from app.tasks.worker import TaskWorker
 from tests.agent_server import AgentServer
 from tests.conftest import LOOPBACK_ALLOWED
@@ -248,3 +248,32 @@ async def test_an_agent_at_its_limit_is_skipped_not_waited_for(database_url: str
     assert len(slow.requests) == 2
     assert sorted(task.lease_owner is not None for task in waiting) == [False] * 3 + [True] * 2
     assert running == 2
+
+
+async def test_every_finished_task_runs_its_hook_while_leases_are_renewed(
+    database_url: str,
+) -> None:
+    """An attempt whose result is being stored has released its lease: a renewal running
+    meanwhile must not take that for a lost lease (and skip the task's on_finished)."""
+    hooked: list[UUID] = []
+    fast = TASKS.model_copy(update={"lease_seconds": 0.5, "worker_concurrency": 20})
+
+    async def noop(task: Task) -> dict[str, object]:
+        await asyncio.sleep(random.uniform(0, 0.2))
+        return {}
+
+    async def on_finished(task: Task) -> None:
+        hooked.append(task.task_id)
+
+    async with worker(database_url, "w1", tasks=fast) as one:
+        one.tasks.register("classify", noop, on_finished)
+        ids = [
+            (
+                await one.tasks.submit(NewTask(agent_name="A", kind="classify", input={}), "t")
+            ).task_id
+            for _ in range(300)
+        ]
+        done = [await one.tasks.wait(task_id, 30) for task_id in ids]
+        await until(lambda: len(hooked) == len(ids))
+    assert {task.status for task in done} == {"completed"}
+    assert sorted(hooked) == sorted(ids)

@@ -182,6 +182,8 @@ async def test_upgrade_head_builds_exactly_schema_sql(server_url: str) -> None:
         "agent_task_dead_lettered",
         "agent_task_queued",
         "agent_task_transition",
+        "agent_tasks_claim",
+        "agent_tasks_claim_lock",
         "current_traceparent",
         "event_subscribed",
         "idempotency_key_lapsed",
