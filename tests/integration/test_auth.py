@@ -232,6 +232,7 @@ _PLAIN_AGENT_WITH_A_MALFORMED_BODY = {
     ("POST", "/v1/sessions/{session_id:uuid}/handoff"): 400,
     ("POST", "/v1/sessions/{session_id:uuid}/rollback"): 400,
     ("POST", "/v1/sessions/{session_id:uuid}/messages"): 400,
+    ("POST", "/v1/tasks"): 400,
     ("POST", "/v1/memories"): 400,
     ("PUT", "/v1/memories/by-key"): 400,
     ("PUT", "/v1/memory-categories/{name:str}"): 403,

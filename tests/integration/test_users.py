@@ -62,6 +62,9 @@ async def test_delete_cascades_to_sessions_and_their_history(client: httpx.Async
             "session_state_versions": 3,  # the first session's two, the second's one
             "coordination_decisions": 0,
             "session_archive": 0,
+            "agent_tasks": 0,
+            "agent_task_transitions": 0,
+            "dead_letters": 0,
             "memories": 0,
             "memory_archive": 0,
             "idempotency_keys": 0,
