@@ -1,14 +1,15 @@
-"""The coordinator: message -> intents -> priority -> agent -> breaker or fallback ->
-memory updates -> session update and decision record. The API, the n8n webhooks and the
-pending-action queue all come through here.
+"""The coordinator: message -> intents -> priority -> agent (a durable task, waited for up
+to the wait budget) or fallback -> memory updates -> session update and decision record.
+The API, the n8n webhooks and the pending-action queue all come through here.
 
 The service orchestrates; the rules live in modules of their own: ``rules`` (the intent
 rules and fallback wording, as stored and cached), ``intents`` (detection, scoring,
 ranking), ``context`` (the session's own flags), ``routing`` (which agent, and
 where a failed orchestrator passes a request), ``dispatch`` (calling an agent),
 ``fallbacks`` (answering without it), ``memory_updates``, ``outcome`` (the decision, the
-session turn and the answer, made of what happened), ``turn`` (the session update) and
-``pending`` (the queue).
+session turn and the answer, made of what happened), ``turn`` (the session update),
+``pending`` (the queue), ``prefer`` (the wait budget), ``tasks`` (an agent step as a task,
+and the wait) and ``completion`` (a task's late answer, applied to the session).
 """
 
 from __future__ import annotations

@@ -115,6 +115,8 @@ class AgentTasks:
         # agent as the request read it, which the first attempt here uses (no re-read).
         self._watching: dict[str, asyncio.Future[str]] = {}
         self._agents: dict[str, Agent] = {}
+        # Waits given up (an attempt failed first), until they have ended.
+        self._abandoned: set[asyncio.Future[Task]] = set()
 
     # -- one attempt (the handler) ------------------------------------------------------
 
@@ -195,6 +197,10 @@ class AgentTasks:
         reason = failed.result() if failed.done() and not failed.cancelled() else None
         return Waited(task, call_of(task, _ms_since(started), reason), not task.terminal)
 
+    def _forget_wait(self, done: asyncio.Future[Task]) -> None:
+        self._abandoned.discard(done)
+        _consume(done)
+
     async def _wait(self, task: Task, seconds: float, failed: asyncio.Future[str]) -> Task:
         waiting = asyncio.ensure_future(self._tasks.wait(task.task_id, seconds))
         try:
@@ -205,8 +211,18 @@ class AgentTasks:
             return task
         finally:
             if not waiting.done():
+                # Not awaited: a cancellation that lands as the wait takes a pooled
+                # connection can be swallowed (asyncio.wait_for on Python 3.11), and the
+                # caller would sit out the rest of the budget. The wait then ends at its
+                # own deadline, in the background.
                 waiting.cancel()
-                await asyncio.gather(waiting, return_exceptions=True)
+                self._abandoned.add(waiting)
+                waiting.add_done_callback(self._forget_wait)
+
+
+def _consume(done: asyncio.Future[Task]) -> None:
+    if not done.cancelled():
+        done.exception()  # retrieved: a failed background wait is nobody's error
 
 
 def call_of(task: Task, elapsed_ms: int, failed_attempt: str | None = None) -> CallResult:
