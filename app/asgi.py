@@ -16,6 +16,7 @@ from litestar.middleware.base import DefineMiddleware
 from app.agents.controller import AgentController, SkillController
 from app.auth.middleware import PUBLIC_PATHS, ApiKeyAuthMiddleware
 from app.auth.ratelimit import RateLimiter
+from app.branches.controller import BranchController
 from app.clock import Clock, SystemClock
 from app.common.jsonbody import JsonRequest
 from app.common.options import AllowedMethods
@@ -169,6 +170,7 @@ def create_app(
             SkillController,
             UserController,
             SessionController,
+            BranchController,
             UserSessionsController,
             MemoryController,
             SessionContextController,
@@ -195,6 +197,7 @@ def create_app(
             "agent_service": provide(services.agents),
             "user_service": provide(services.users),
             "session_service": provide(services.sessions),
+            "branch_service": provide(services.branches),
             "session_lifecycle": provide(services.session_lifecycle),
             "memory_service": provide(services.memories),
             "erasure_service": provide(services.erasure),

@@ -99,6 +99,13 @@ class VersionConflict(Conflict):
     title, slug = "Version conflict", "version-conflict"
 
 
+class MergeConflicted(VersionConflict):
+    """A three-way merge (an auto-merged write, a branch merge or rebase) found paths both
+    sides changed differently; ``conflicts`` lists each with base, current and proposed."""
+
+    title, slug = "Merge conflict", "merge-conflict"
+
+
 class Gone(SwitchboardError):
     """The resource existed but is gone for good."""
 

@@ -179,6 +179,11 @@ _STALE = (
 )
 _CLOSED = "or the session is completed (session_status) and takes no such change."
 _NEEDS_BASE = 'No If-Match: "<version>" and no base_version in the body.'
+_MERGE_CONFLICT = (
+    "with Prefer: merge=auto, paths changed since the base to other values (merge-conflict: "
+    "conflicts lists each path with base, current and proposed)"
+)
+_BRANCH_CLOSED = "the branch was merged (branch_state), or the session is completed"
 _BAD_IF_MATCH = (
     'If-Match is not a list of quoted versions ("3"), names a weak tag, or disagrees with '
     "base_version."
@@ -200,13 +205,37 @@ SERVICE_PROBLEMS: dict[tuple[str, str], dict[int, str]] = {
     ("POST", "/v1/users"): {409: "Another user has this external_ref (existing_user_id)."},
     ("PATCH", "/v1/sessions/{session_id}"): {
         400: _BAD_IF_MATCH,
-        409: f"{_STALE}, {_CLOSED}",
+        409: f"{_STALE}; {_MERGE_CONFLICT}; {_CLOSED}",
         428: _NEEDS_BASE,
     },
     ("POST", "/v1/sessions/{session_id}/handoff"): {
         400: _BAD_IF_MATCH,
-        409: f"{_STALE}, {_CLOSED}",
+        409: f"{_STALE}; {_MERGE_CONFLICT}; {_CLOSED}",
         428: _NEEDS_BASE,
+    },
+    ("POST", "/v1/sessions/{session_id}/branches"): {
+        409: "The session already has a branch of this name (branch), or it is completed.",
+    },
+    ("PATCH", "/v1/sessions/{session_id}/branches/{name}"): {
+        400: _BAD_IF_MATCH,
+        409: (
+            "The branch is no longer at the version this write is based on "
+            f"(current_version); {_MERGE_CONFLICT}; {_BRANCH_CLOSED}."
+        ),
+        428: _NEEDS_BASE,
+    },
+    ("POST", "/v1/sessions/{session_id}/branches/{name}/merge"): {
+        409: (
+            "The branch and the session changed paths to different values (merge-conflict: "
+            "conflicts lists each; POST again with choices or a document); or "
+            f"{_BRANCH_CLOSED}."
+        ),
+    },
+    ("POST", "/v1/sessions/{session_id}/branches/{name}/rebase"): {
+        409: (
+            "The branch and the session changed paths to different values (merge-conflict: "
+            f"conflicts lists each); or {_BRANCH_CLOSED}."
+        ),
     },
     ("POST", "/v1/sessions/{session_id}/complete"): {
         400: _BAD_IF_MATCH,
@@ -466,6 +495,21 @@ def _session_patch(components: dict[str, Any]) -> dict[str, Any]:
     return schema
 
 
+def _branch_patch(session_patch: dict[str, Any]) -> dict[str, Any]:
+    """The session's patch without what is not branch content (status, preserve)."""
+    schema = copy.deepcopy(session_patch)
+    for member in ("status", "preserve"):
+        schema["properties"].pop(member)
+    schema["properties"]["base_version"]["description"] = (
+        "The branch version this patch is based on, instead of If-Match."
+    )
+    schema["description"] = (
+        "An RFC 7396 JSON merge patch over the branch's content, as for the session (status "
+        "and preserve belong to the session, not to a branch)."
+    )
+    return schema
+
+
 def _memory_write_body(components: dict[str, Any]) -> dict[str, Any]:
     one = _schema_of(MemoryWrite, components)
     components.setdefault("MemoryWrite", one)
@@ -532,6 +576,12 @@ def _special_cases(paths: dict[str, Any], components: dict[str, Any]) -> None:
     session["patch"]["requestBody"]["content"] = {
         MERGE_PATCH_JSON: patch_ref,
         MediaType.JSON.value: copy.deepcopy(patch_ref),
+    }
+    components["BranchPatch"] = _branch_patch(components["SessionPatch"])
+    branch_ref = {"schema": {"$ref": _SCHEMAS + "BranchPatch"}}
+    paths["/v1/sessions/{session_id}/branches/{name}"]["patch"]["requestBody"]["content"] = {
+        MERGE_PATCH_JSON: branch_ref,
+        MediaType.JSON.value: copy.deepcopy(branch_ref),
     }
     session["get"]["responses"]["304"] = {
         "description": "If-None-Match names the current ETag: nothing changed.",

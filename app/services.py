@@ -17,6 +17,7 @@ import secrets
 import socket
 
 from app.agents.service import AgentService
+from app.branches.service import BranchService
 from app.clock import Clock
 from app.coordination.breaker_admin import BreakerAdmin
 from app.coordination.breakers import BreakerRegistry
@@ -83,6 +84,7 @@ class Services:
         )
         self.users = UserService(database, clock)
         self.sessions = SessionService(database, clock, settings.sessions)
+        self.branches = BranchService(database, clock, settings.sessions)
         self.session_lifecycle = SessionLifecycle(
             database, clock, settings.sessions, settings.scheduler
         )

@@ -206,6 +206,13 @@ class SessionSettings(BaseSettings):
     # and its decision log. Unbounded, every message would rewrite an ever longer row and
     # copy it into the version history (storage growing with the square of the turns).
     agent_sequence_limit: PositiveInt = 100
+    # How a write based on an older version is treated when the request does not say
+    # (Prefer: merge=auto|strict): strict refuses it (409), auto merges it three-way when
+    # its change and the changes since touch different paths (docs/design.md, "Auto-merge").
+    merge_default: Literal["strict", "auto"] = "strict"
+    # An open branch with no write for this long is deleted by the sessions sweep, unless
+    # its session is preserved.
+    branch_idle_ttl: timedelta = timedelta(days=7)
 
 
 class MemorySettings(BaseSettings):

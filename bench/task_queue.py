@@ -223,7 +223,7 @@ async def bench(url: str, args: argparse.Namespace) -> dict[str, Any]:
     await asyncio.to_thread(upgrade, url)
     await install_pgqueuer(url)
     results: dict[str, Any] = {}
-    for shape in ("flow", "drain"):
+    for shape in args.shapes:
         ours: list[float] = []
         theirs: list[float] = []
         for _ in range(args.rounds):
@@ -246,9 +246,12 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, default=5000)
     parser.add_argument("--submitters", type=int, default=10)
     parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--concurrency", type=int, default=20, help="Switchboard's per worker")
+    # pgqueuer's worker takes batches of 10 with no cap on the jobs it runs at once
+    # (max_concurrent_tasks unset); 50 attempts per Switchboard worker is the nearer match.
+    parser.add_argument("--concurrency", type=int, default=50, help="Switchboard's per worker")
     parser.add_argument("--pgqueuer-batch", type=int, default=10, help="pgqueuer's batch_size")
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--shapes", nargs="+", choices=("flow", "drain"), default=["flow", "drain"])
     args = parser.parse_args()
     from importlib.metadata import version
 

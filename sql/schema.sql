@@ -84,6 +84,11 @@ CREATE TABLE session_state_versions (
     changed_by text NOT NULL,
     change_reason text NOT NULL,
     created_at timestamptz NOT NULL DEFAULT now(),
+    -- (revision 0018) An auto-merged write: the version it was based on; a branch merge:
+    -- that too, and the branch and branch version it took in.
+    merge_base bigint CHECK (merge_base >= 1),
+    merged_branch text,
+    merged_branch_version bigint CHECK (merged_branch_version >= 1),
     PRIMARY KEY (session_id, version)
 );
 
@@ -406,7 +411,7 @@ CREATE TABLE coordination_decisions (
     chosen_agent text,
     routed_by text,
     breaker_state text,
-    -- accepted (revision 0018): answered 202 with the agent's task (Prefer: respond-async).
+    -- accepted (revision 0020): answered 202 with the agent's task (Prefer: respond-async).
     outcome text NOT NULL CHECK (outcome IN ('agent', 'fallback', 'clarification', 'accepted')),
     fallback text,
     degraded boolean NOT NULL,
@@ -419,7 +424,7 @@ CREATE TABLE coordination_decisions (
     -- The trace of the request or task that made the decision (revision 0016): the id its
     -- answer named in X-Trace-Id and its log lines carry.
     trace_id text,
-    -- The agent task behind the answer (revision 0018): the one the request waited for,
+    -- The agent task behind the answer (revision 0020): the one the request waited for,
     -- stopped waiting for, or whose late answer this records. No foreign key: the decision
     -- outlives the task's row.
     task_id uuid
@@ -720,18 +725,22 @@ AS $$
 $$;
 
 -- The version row that records a session as it now is (`s`, a session_coordination row),
--- who changed it, why and when. Every statement that writes a new version inserts it:
+-- who changed it, why and when; a merged write names the base it was merged from, a
+-- branch merge the branch and branch version it took in. Every statement that writes a
+-- new version inserts it:
 --     INSERT INTO session_state_versions
 --     SELECT v.* FROM <the changed rows> s, session_version(s, <by>, <reason>, <at>) v
 -- One SELECT returning a set: the planner inlines it.
 CREATE FUNCTION session_version(
-    s session_coordination, changed_by text, change_reason text, at timestamptz)
+    s session_coordination, changed_by text, change_reason text, at timestamptz,
+    merge_base bigint DEFAULT NULL, merged_branch text DEFAULT NULL,
+    merged_branch_version bigint DEFAULT NULL)
     RETURNS SETOF session_state_versions
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
 AS $$
     SELECT s.session_id, s.version, s.session_state, s.agent_sequence, s.coordination_metadata,
            s.current_agent, s.progress_percentage, s.status, s.priority, changed_by,
-           change_reason, at
+           change_reason, at, merge_base, merged_branch, merged_branch_version
 $$;
 
 -- ---------------------------------------------------------------------------------------
@@ -999,8 +1008,91 @@ CREATE TRIGGER outbox_events_fan_out
     REFERENCING NEW TABLE AS written
     FOR EACH STATEMENT EXECUTE FUNCTION outbox_fan_out();
 
+
 -- ---------------------------------------------------------------------------------------
--- Durable agent tasks (revision 0017)
+-- Branches (revision 0018)
+
+-- Branches of a session: a named line of versions forked from the session ("main") at a
+-- version, with the content of its head (the same content columns as the session). It
+-- merges back into the session with the same three-way merge as an auto-merged write.
+CREATE TABLE session_branches (
+    session_id uuid NOT NULL REFERENCES session_coordination (session_id) ON DELETE CASCADE,
+    name text NOT NULL CHECK (name ~ '^[a-z0-9][a-z0-9._-]{0,63}$' AND name <> 'main'),
+    purpose text NOT NULL CHECK (purpose IN ('analysis', 'alternative_solution', 'verification',
+                                             'collaboration', 'conflict_resolution')),
+    owner_agent text NOT NULL CHECK (char_length(owner_agent) BETWEEN 1 AND 100),
+    state text NOT NULL DEFAULT 'open' CHECK (state IN ('open', 'merged')),
+    -- The session version the branch sits on: where it was forked, or last rebased onto.
+    base_version bigint NOT NULL CHECK (base_version >= 1),
+    forked_at_version bigint NOT NULL CHECK (forked_at_version >= 1),
+    version bigint NOT NULL CHECK (version >= 1),
+    session_state jsonb NOT NULL CHECK (jsonb_typeof(session_state) = 'object'),
+    agent_sequence jsonb NOT NULL CHECK (jsonb_typeof(agent_sequence) = 'array'),
+    coordination_metadata jsonb NOT NULL CHECK (jsonb_typeof(coordination_metadata) = 'object'),
+    current_agent text CHECK (char_length(current_agent) BETWEEN 1 AND 100),
+    progress_percentage integer NOT NULL CHECK (progress_percentage BETWEEN 0 AND 100),
+    priority text NOT NULL CHECK (priority IN ('low', 'normal', 'high', 'urgent')),
+    -- The session version the merge wrote, once merged (a merged branch takes no writes).
+    merged_version bigint,
+    created_by text NOT NULL,
+    created_at timestamptz NOT NULL,
+    updated_at timestamptz NOT NULL,
+    last_activity_at timestamptz NOT NULL,
+    PRIMARY KEY (session_id, name)
+);
+
+-- The idle-branch sweep picks by activity.
+CREATE INDEX session_branches_activity_idx ON session_branches (last_activity_at);
+
+-- Every version of a branch, as session_state_versions is for the session.
+CREATE TABLE session_branch_versions (
+    session_id uuid NOT NULL,
+    branch text NOT NULL,
+    version bigint NOT NULL CHECK (version >= 1),
+    session_state jsonb NOT NULL,
+    agent_sequence jsonb NOT NULL,
+    coordination_metadata jsonb NOT NULL,
+    current_agent text,
+    progress_percentage integer NOT NULL,
+    priority text NOT NULL,
+    changed_by text NOT NULL,
+    change_reason text NOT NULL,
+    created_at timestamptz NOT NULL,
+    -- An auto-merged write: the branch version it was based on.
+    merge_base bigint CHECK (merge_base >= 1),
+    -- A fork or a rebase: the session version this branch version sits on.
+    parent_version bigint CHECK (parent_version >= 1),
+    PRIMARY KEY (session_id, branch, version),
+    FOREIGN KEY (session_id, branch) REFERENCES session_branches (session_id, name)
+        ON DELETE CASCADE
+);
+
+-- The version row that records a branch as it now is, as session_version does for a session.
+CREATE FUNCTION session_branch_version(
+    b session_branches, changed_by text, change_reason text, at timestamptz,
+    merge_base bigint, parent_version bigint)
+    RETURNS SETOF session_branch_versions
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+    SELECT b.session_id, b.name, b.version, b.session_state, b.agent_sequence,
+           b.coordination_metadata, b.current_agent, b.progress_percentage, b.priority,
+           changed_by, change_reason, at, merge_base, parent_version
+$$;
+
+-- An open branch quiet since before `idle_before` expires, unless its session is preserved
+-- (a preserved session keeps its branches). A merged branch is kept until deleted or until
+-- its session goes.
+CREATE FUNCTION session_branch_idle(b session_branches, idle_before timestamptz)
+    RETURNS boolean
+    LANGUAGE sql STABLE PARALLEL SAFE
+AS $$
+    SELECT b.state = 'open' AND b.last_activity_at < idle_before
+       AND NOT EXISTS (SELECT 1 FROM session_coordination s
+                       WHERE s.session_id = b.session_id AND s.preserve)
+$$;
+
+-- ---------------------------------------------------------------------------------------
+-- Durable agent tasks (revision 0019)
 
 -- One unit of agent work (an agent call), kept until it reaches a terminal state and
 -- beyond: the queue, the lease of the replica running it, its retries and its result.
@@ -1053,7 +1145,6 @@ CREATE TABLE agent_tasks (
     -- Who made the latest transition and why; copied into agent_task_transitions.
     status_actor text,
     status_reason text,
-    CONSTRAINT agent_tasks_idempotency_unique UNIQUE (created_by, idempotency_key),
     CONSTRAINT agent_tasks_lease_whole CHECK ((lease_owner IS NULL) = (lease_expires_at IS NULL))
 );
 
@@ -1063,9 +1154,18 @@ CREATE INDEX agent_tasks_queue_idx ON agent_tasks (priority DESC, scheduled_at)
 -- Running attempts: per-agent concurrency and the reaper's expired leases.
 CREATE INDEX agent_tasks_leased_idx ON agent_tasks (agent_name, lease_expires_at)
     WHERE lease_owner IS NOT NULL;
-CREATE INDEX agent_tasks_session_idx ON agent_tasks (session_id, created_at DESC, task_id DESC);
-CREATE INDEX agent_tasks_user_idx ON agent_tasks (user_id);
-CREATE INDEX agent_tasks_requeue_of_idx ON agent_tasks (requeue_of);
+-- Every claim and completion moves a task's row to a new version (status and lease are
+-- indexed), which adds an entry to each index whose predicate the row meets: the indexes
+-- below hold only the rows that have the value they look up.
+-- An Idempotency-Key is unique per submitter (ON CONFLICT names this index).
+CREATE UNIQUE INDEX agent_tasks_idempotency_key ON agent_tasks (created_by, idempotency_key)
+    WHERE idempotency_key IS NOT NULL;
+CREATE INDEX agent_tasks_session_idx ON agent_tasks (session_id, created_at DESC, task_id DESC)
+    WHERE session_id IS NOT NULL;
+-- Erasure finds a user's tasks without a session by this.
+CREATE INDEX agent_tasks_user_idx ON agent_tasks (user_id) WHERE user_id IS NOT NULL;
+-- ON DELETE SET NULL of requeue_of looks up the requeues of a deleted task.
+CREATE INDEX agent_tasks_requeue_of_idx ON agent_tasks (requeue_of) WHERE requeue_of IS NOT NULL;
 
 -- Every transition of a task: who, when, why; written by agent_task_transition().
 CREATE TABLE agent_task_transitions (

@@ -88,3 +88,26 @@ def body_base_version(value: Any) -> int | None:
             ],
         )
     return value
+
+
+def merge_preference(prefer: str | None) -> bool | None:
+    """``Prefer: merge=auto`` (True) or ``merge=strict`` (False) from a Prefer header
+    (RFC 7240); None when it names neither (the server's default applies). Preferences the
+    server does not know, or values it does not know, are ignored as RFC 7240 asks."""
+    if prefer is None:
+        return None
+    choice: bool | None = None
+    for preference in prefer.split(","):
+        token, _, value = preference.split(";", 1)[0].partition("=")
+        if token.strip().lower() != "merge":
+            continue
+        value = value.strip().strip('"').lower()
+        if value in {"auto", "strict"}:
+            choice = value == "auto"
+    return choice
+
+
+def merged_write(bases: set[int] | None, written_version: int) -> bool:
+    """True if a write at ``written_version`` was merged: its base was not the version it
+    replaced."""
+    return bases is not None and written_version - 1 not in bases

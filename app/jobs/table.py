@@ -17,6 +17,7 @@ from app.jobs.sweep import Sweep
 from app.settings import SchedulerSettings
 
 if TYPE_CHECKING:
+    from app.branches.service import BranchService
     from app.events.service import EventService
     from app.jobs.service import JobService
     from app.memories.retention import MemoryRetention
@@ -32,6 +33,11 @@ class Sweepers(Protocol):
     @property
     def session_lifecycle(self) -> SessionLifecycle:
         """Idling, expiry, warnings, archival of sessions."""
+        ...
+
+    @property
+    def branches(self) -> BranchService:
+        """Branches of sessions: idle ones expire."""
         ...
 
     @property
@@ -83,12 +89,13 @@ JOBS: dict[str, Job] = {
         Job(
             "expiry_cleanup",
             "expired sessions (not completed ones) move to the archive (restorable for the "
-            "recovery window)",
+            "recovery window); idle branches of sessions that are not preserved go",
             lambda s: s.expiry_interval,
             lambda on: (
                 on.session_lifecycle.archive_expired,
                 on.session_lifecycle.purge_archive,
                 on.idempotency.purge_expired,
+                on.branches.expire_idle,
             ),
         ),
         Job(

@@ -20,7 +20,13 @@ from litestar.status_codes import HTTP_201_CREATED, HTTP_304_NOT_MODIFIED
 
 from app.auth.principal import Principal
 from app.common.pagination import DEFAULT_LIMIT, PageCursor, PageLimit
-from app.common.preconditions import body_base_version, etag, required_base_versions
+from app.common.preconditions import (
+    body_base_version,
+    etag,
+    merge_preference,
+    merged_write,
+    required_base_versions,
+)
 from app.sessions.lifecycle import SessionLifecycle
 from app.sessions.schemas import (
     Completion,
@@ -43,8 +49,29 @@ IfMatch = Annotated[
         description='The version this write is based on, as an ETag: "3".',
     ),
 ]
+Prefer = Annotated[
+    str | None,
+    HeaderParameter(
+        name="Prefer",
+        required=False,
+        description=(
+            "merge=auto: a write based on an older version is merged with the changes since "
+            "when they touch different paths (409 listing the conflicts otherwise); "
+            "merge=strict: it is refused (409). Without it, SWITCHBOARD_SESSION_MERGE_DEFAULT."
+        ),
+    ),
+]
 ETAG_HEADER = [
     ResponseHeader(name="ETag", description="The session version.", documentation_only=True)
+]
+MERGE_HEADERS = [
+    *ETAG_HEADER,
+    ResponseHeader(
+        name="Preference-Applied",
+        description="merge=auto when the write was merged with changes made since its base.",
+        documentation_only=True,
+        required=False,
+    ),
 ]
 
 AnyRequest = Request[Principal, Any, Any]
@@ -52,6 +79,14 @@ AnyRequest = Request[Principal, Any, Any]
 
 def _with_etag(session: Session, status_code: int = 200) -> Response[Session]:
     return Response(session, status_code=status_code, headers={"ETag": etag(session.version)})
+
+
+def _written(session: Session, bases: set[int] | None) -> Response[Session]:
+    """The written session; says ``Preference-Applied: merge=auto`` if it was merged."""
+    response = _with_etag(session)
+    if merged_write(bases, session.version):
+        response.headers["Preference-Applied"] = "merge=auto"
+    return response
 
 
 class SessionController(Controller):
@@ -95,7 +130,7 @@ class SessionController(Controller):
     @patch(
         "/{session_id:uuid}",
         summary="Change a session (JSON merge patch)",
-        response_headers=ETAG_HEADER,
+        response_headers=MERGE_HEADERS,
     )
     async def patch_session(
         self,
@@ -103,6 +138,7 @@ class SessionController(Controller):
         session_id: FromPath[UUID],
         session_service: NamedDependency[SessionService],
         if_match: IfMatch,
+        prefer: Prefer,
         data: Annotated[
             dict[str, Any],
             BodyKwarg(
@@ -116,11 +152,16 @@ class SessionController(Controller):
     ) -> Response[Session]:
         """Apply a merge patch if the session is still at the version you read."""
         bases = required_base_versions(if_match, body_base_version(data.get("base_version")))
-        session = await session_service.patch_session(session_id, data, bases, request.user.name)
-        return _with_etag(session)
+        session = await session_service.patch_session(
+            session_id, data, bases, request.user.name, merge_preference(prefer)
+        )
+        return _written(session, bases)
 
     @post(
-        "/{session_id:uuid}/handoff", status_code=200, summary="Hand the session to another agent"
+        "/{session_id:uuid}/handoff",
+        status_code=200,
+        summary="Hand the session to another agent",
+        response_headers=MERGE_HEADERS,
     )
     async def handoff(
         self,
@@ -129,10 +170,14 @@ class SessionController(Controller):
         data: JSONBody[Handoff],
         session_service: NamedDependency[SessionService],
         if_match: IfMatch,
+        prefer: Prefer,
     ) -> Response[Session]:
         """Close the current agent's step and start the next agent's."""
         bases = required_base_versions(if_match, data.base_version)
-        return _with_etag(await session_service.handoff(session_id, data, bases, request.user.name))
+        session = await session_service.handoff(
+            session_id, data, bases, request.user.name, merge_preference(prefer)
+        )
+        return _written(session, bases)
 
     @post("/{session_id:uuid}/complete", status_code=200, summary="Complete a session")
     async def complete(

@@ -18,6 +18,17 @@ from app.sessions.state import show_mirrors, storage_json
 
 Q = QUERIES.sessions
 
+
+@dataclass(frozen=True, slots=True)
+class MergeMark:
+    """What a version row records about a merged write: the base it was merged from and,
+    for a branch merge, the branch and branch version taken in."""
+
+    base: int
+    branch: str | None = None
+    branch_version: int | None = None
+
+
 # Whether a registered agent may be handed a session; None: no agent has that name.
 AgentState = Literal["available", "switched_off", "revoked"] | None
 
@@ -70,6 +81,9 @@ def _version(row: asyncpg.Record) -> SessionVersion:
         changed_by=row["changed_by"],
         change_reason=row["change_reason"],
         created_at=row["created_at"],
+        merge_base=row["merge_base"],
+        merged_branch=row["merged_branch"],
+        merged_branch_version=row["merged_branch_version"],
     )
 
 
@@ -144,12 +158,14 @@ async def update_session_content(
     change_reason: str,
     now: datetime,
     decision: msgspec.Struct | None = None,
+    merge: MergeMark | None = None,
     event: NewEvent | None = None,
 ) -> tuple[Session, UUID | None] | None:
     """Write new content and record it as the next version, if the session is still at
     ``expected_version``; None otherwise. ``decision`` (a record of coordination_decisions
-    columns) is logged with the new version; its id comes back with the session. ``event``
-    goes to the outbox with it (its payload given the version and the decision id)."""
+    columns) is logged with the new version; its id comes back with the session. ``merge``
+    marks the version as merged (from which base, which branch). ``event`` goes to the
+    outbox with it (its payload given the version and the decision id)."""
     state, sequence, metadata = storage_json(content)
     row = await conn.fetchrow(
         Q.update_session_content,
@@ -168,6 +184,9 @@ async def update_session_content(
         changed_by,
         change_reason,
         None if decision is None else msgspec.to_builtins(decision),
+        None if merge is None else merge.base,
+        None if merge is None else merge.branch,
+        None if merge is None else merge.branch_version,
         None if event is None else event.event_type,
         None if event is None else event.payload,
     )

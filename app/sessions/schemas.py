@@ -158,6 +158,22 @@ class SessionEditable(BaseModel):
     status: SettableStatus
 
 
+class SessionDocument(BaseModel):
+    """The versioned content as one document (the storage form, no mirrored copies): what
+    a three-way merge compares and produces. A merged or resolved document is validated
+    as this before it is written."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    session_state: SessionState
+    agent_sequence: list[AgentExecution]
+    coordination_metadata: CoordinationMetadata
+    current_agent: AgentRef | None
+    progress_percentage: Progress
+    priority: Priority
+    status: SessionStatus
+
+
 class SessionCreate(BaseModel):
     """Open a session for a user."""
 
@@ -253,6 +269,11 @@ class SessionVersion:
     changed_by: str
     change_reason: str
     created_at: datetime
+    # A merged write: the version it was based on; a branch merge: the branch and the
+    # branch version it took in as well (docs/design.md, "Auto-merge", "Branches").
+    merge_base: int | None = None
+    merged_branch: str | None = None
+    merged_branch_version: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

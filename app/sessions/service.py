@@ -21,8 +21,15 @@ from app.common.pagination import (
 )
 from app.common.preconditions import MAX_VERSION
 from app.common.validation import validate_input
-from app.db.pool import Database
-from app.errors import BadRequest, Conflict, NotFound, ValidationFailed, VersionConflict
+from app.db.pool import Connection, Database
+from app.errors import (
+    BadRequest,
+    Conflict,
+    MergeConflicted,
+    NotFound,
+    ValidationFailed,
+    VersionConflict,
+)
 from app.events.schemas import NewEvent
 from app.sessions import repository as repo
 from app.sessions.schemas import (
@@ -42,11 +49,15 @@ from app.sessions.schemas import (
 from app.sessions.state import (
     PATCHABLE,
     close_current_execution,
+    content_from_document,
     content_of,
     evolve,
+    keep_last_executions,
+    merge_contents,
     merge_patch,
     resolve_mirrored,
     sequence_of,
+    session_at,
     start_execution,
     version_content,
 )
@@ -200,9 +211,15 @@ class SessionService:
         return session
 
     async def patch_session(
-        self, session_id: UUID, patch: dict[str, Any], bases: set[int] | None, actor: str
+        self,
+        session_id: UUID,
+        patch: dict[str, Any],
+        bases: set[int] | None,
+        actor: str,
+        merge: bool | None = None,
     ) -> Session:
-        """Apply a JSON merge patch to the editable view of the session."""
+        """Apply a JSON merge patch to the editable view of the session; ``merge`` (default:
+        the setting) merges a patch based on an older version with the changes since."""
         unknown = sorted(set(patch) - PATCHABLE - {"base_version"})
         if unknown:
             raise ValidationFailed(
@@ -212,44 +229,17 @@ class SessionService:
         patch = {k: v for k, v in patch.items() if k != "base_version"}
 
         def mutate(current: Session, _: datetime) -> tuple[SessionContent, str]:
-            if current.status in CLOSED_STATUSES and set(patch) - {"preserve"}:
-                raise Conflict(
-                    f"Session {session_id} is {current.status}; only preserve can change.",
-                    session_status=current.status,
-                )
-            view = {
-                "session_state": current.session_state,
-                "coordination_metadata": current.coordination_metadata,
-                "progress_percentage": current.progress_percentage,
-                "priority": current.priority,
-                "current_agent": current.current_agent,
-                "preserve": current.preserve,
-                "status": "active" if current.status in CLOSED_STATUSES else current.status,
-            }
-            merged = merge_patch(view, patch)
-            merged["progress_percentage"] = resolve_mirrored(
-                patch,
-                "progress_percentage",
-                "session_state",
-                "progress_percentage",
-                current.progress_percentage,
-            )
-            merged["priority"] = resolve_mirrored(
-                patch, "priority", "coordination_metadata", "session_priority", current.priority
-            )
-            editable = validate_input(SessionEditable, merged, what="session after this patch")
-            closed_status = current.status if current.status in CLOSED_STATUSES else None
-            # The sequence is not patchable: it is carried over as stored.
-            sequence = sequence_of(current.agent_sequence)
-            content = _content_from_editable(
-                editable, sequence, current.completed_at, status=closed_status
-            )
-            return content, "patched"
+            return patched(current, patch), "patched"
 
-        return await self._versioned_write(session_id, bases, actor, mutate)
+        return await self._versioned_write(session_id, bases, actor, mutate, merge)
 
     async def handoff(
-        self, session_id: UUID, data: Handoff, bases: set[int] | None, actor: str
+        self,
+        session_id: UUID,
+        data: Handoff,
+        bases: set[int] | None,
+        actor: str,
+        merge: bool | None = None,
     ) -> Session:
         """Close the current agent's step and start one for ``to_agent``, which must be a
         registered agent that is neither switched off nor revoked (422 otherwise)."""
@@ -278,7 +268,9 @@ class SessionService:
 
         # The read above is the first optimistic base; a retry re-reads only the session
         # (an agent switched off in between is a race the next handoff settles).
-        written, _ = await self._write(session_id, bases, actor, mutate, read, None)
+        written, _ = await self._write(
+            session_id, bases, actor, mutate, read, None, merge=self.merging(merge)
+        )
         return written
 
     async def complete(
@@ -360,14 +352,28 @@ class SessionService:
             require_open(current)
             return mutate(current, now)
 
-        return await self._write(session_id, None, actor, guarded, read, decision, event)
+        return await self._write(session_id, None, actor, guarded, read, decision, event=event)
 
     # -- helpers -----------------------------------------------------------------------
 
+    def merging(self, requested: bool | None) -> bool:
+        """Whether a write based on an older version is merged: as the request asks
+        (Prefer: merge=...), else as the setting says."""
+        if requested is not None:
+            return requested
+        return self._settings.merge_default == "auto"
+
     async def _versioned_write(
-        self, session_id: UUID, bases: set[int] | None, actor: str, mutate: Mutation
+        self,
+        session_id: UUID,
+        bases: set[int] | None,
+        actor: str,
+        mutate: Mutation,
+        merge: bool | None = False,
     ) -> Session:
-        written, _ = await self._write(session_id, bases, actor, mutate, None, None)
+        written, _ = await self._write(
+            session_id, bases, actor, mutate, None, None, merge=self.merging(merge)
+        )
         return written
 
     async def _write(
@@ -378,44 +384,103 @@ class SessionService:
         mutate: Mutation,
         read: Session | None,
         decision: msgspec.Struct | None,
+        *,
+        merge: bool = False,
         event: NewEvent | None = None,
     ) -> tuple[Session, UUID | None]:
         """Check the base version, apply ``mutate``, bump and record the version.
 
         Optimistic first: read (unless ``read`` is given), then one statement that writes
         only if the version is unchanged (no transaction). A write that keeps losing that
-        race takes the row lock instead.
+        race takes the row lock instead. With ``merge``, a write based on an older version
+        is merged three-way with what happened since instead of refused.
         """
         now = self._clock.now()
         for _ in range(_OPTIMISTIC_ATTEMPTS):
             async with self._db.connection() as conn:
                 if read is None or read.session_id != session_id:
                     read = await repo.get_session(conn, session_id)
-                current = _at_base(session_id, read, bases)
-                content, reason = self._bounded(mutate(current, now))
+                current = _found(session_id, read)
+                content, reason, mark = await self._change(conn, current, bases, mutate, now, merge)
                 written = await repo.update_session_content(
-                    conn, session_id, current.version, content, actor, reason, now, decision, event
+                    conn,
+                    session_id,
+                    current.version,
+                    content,
+                    actor,
+                    reason,
+                    now,
+                    decision,
+                    mark,
+                    event,
                 )
             if written is not None:
                 return written
             read = None  # someone else wrote first: read again
         async with self._db.transaction() as conn:
-            current = _at_base(session_id, await repo.lock_session(conn, session_id), bases)
-            content, reason = self._bounded(mutate(current, now))
+            current = _found(session_id, await repo.lock_session(conn, session_id))
+            content, reason, mark = await self._change(conn, current, bases, mutate, now, merge)
             written = await repo.update_session_content(
-                conn, session_id, current.version, content, actor, reason, now, decision, event
+                conn,
+                session_id,
+                current.version,
+                content,
+                actor,
+                reason,
+                now,
+                decision,
+                mark,
+                event,
             )
             if written is None:  # cannot happen while we hold the row lock
                 raise VersionConflict(f"Session {session_id} changed underneath this write.")
         return written
 
+    async def _change(
+        self,
+        conn: Connection,
+        current: Session,
+        bases: set[int] | None,
+        mutate: Mutation,
+        now: datetime,
+        merge: bool,
+    ) -> tuple[SessionContent, str, repo.MergeMark | None]:
+        """The content to write over ``current``: ``mutate`` applied to it when it is at one
+        of the ``bases``; else, with ``merge``, ``mutate`` applied to the newest base and
+        merged three-way with ``current`` (409 listing the conflicts); else 409."""
+        if bases is None or current.version in bases:
+            content, reason = self._bounded(mutate(current, now))
+            return content, reason, None
+        base_version = max(bases)
+        found = None
+        if merge and base_version < current.version:
+            found = await repo.get_session_version(conn, current.session_id, base_version)
+        if found is None:
+            raise _stale(current, bases)
+        require_open(current)
+        proposed, reason = self._bounded(mutate(session_at(found, current), now))
+        merged = merge_contents(version_content(found, current), content_of(current), proposed)
+        if not merged.clean:
+            raise MergeConflicted(
+                f"Session {current.session_id} is at version {current.version}; this write, "
+                f"based on version {base_version}, changes paths that changed since. "
+                "Re-read, reapply your change and retry, or resolve the listed conflicts.",
+                current_version=current.version,
+                base_version=base_version,
+                conflicts=[conflict.as_json() for conflict in merged.conflicts],
+            )
+        content = content_from_document(merged.document, proposed)
+        content, _ = self._bounded((content, reason))
+        return (
+            content,
+            f"{reason} (merged from version {base_version})",
+            repo.MergeMark(base=base_version),
+        )
+
     def _bounded(self, change: tuple[SessionContent, str]) -> tuple[SessionContent, str]:
         """The change with only the last ``agent_sequence_limit`` executions kept."""
         content, reason = change
-        limit = self._settings.agent_sequence_limit
-        if len(content.agent_sequence) > limit:
-            content = replace(content, agent_sequence=content.agent_sequence[-limit:])
-        return content, reason
+        return keep_last_executions(content, self._settings.agent_sequence_limit), reason
 
     def _lifetime(self, ttl_seconds: int | None) -> timedelta:
         if ttl_seconds is None:
@@ -429,6 +494,42 @@ class SessionService:
         return timedelta(seconds=ttl_seconds)
 
 
+def patched(current: Session, patch: dict[str, Any]) -> SessionContent:
+    """``current`` (a session, or a branch or version shown as one) with a merge patch
+    applied to its editable view, validated as a whole; 409 if it is closed."""
+    if current.status in CLOSED_STATUSES and set(patch) - {"preserve"}:
+        raise Conflict(
+            f"Session {current.session_id} is {current.status}; only preserve can change.",
+            session_status=current.status,
+        )
+    view = {
+        "session_state": current.session_state,
+        "coordination_metadata": current.coordination_metadata,
+        "progress_percentage": current.progress_percentage,
+        "priority": current.priority,
+        "current_agent": current.current_agent,
+        "preserve": current.preserve,
+        "status": "active" if current.status in CLOSED_STATUSES else current.status,
+    }
+    merged = merge_patch(view, patch)
+    merged["progress_percentage"] = resolve_mirrored(
+        patch,
+        "progress_percentage",
+        "session_state",
+        "progress_percentage",
+        current.progress_percentage,
+    )
+    merged["priority"] = resolve_mirrored(
+        patch, "priority", "coordination_metadata", "session_priority", current.priority
+    )
+    editable = validate_input(SessionEditable, merged, what="session after this patch")
+    closed_status = current.status if current.status in CLOSED_STATUSES else None
+    # The sequence is not patchable: it is carried over as stored.
+    sequence = sequence_of(current.agent_sequence)
+    content = _content_from_editable(editable, sequence, current.completed_at, status=closed_status)
+    return content
+
+
 def require_open(session: Session) -> None:
     """409 naming the status if the session is closed (it takes no content changes)."""
     if session.status in CLOSED_STATUSES:
@@ -437,18 +538,22 @@ def require_open(session: Session) -> None:
         )
 
 
-def _at_base(session_id: UUID, current: Session | None, bases: set[int] | None) -> Session:
-    """``current``, if it exists (else 404) and is at one of the ``bases`` (else 409)."""
+def _found(session_id: UUID, current: Session | None) -> Session:
+    """``current``, if the session exists (else 404)."""
     if current is None:
         raise NotFound(f"No session {session_id}.")
-    if bases is not None and current.version not in bases:
-        raise VersionConflict(
-            f"Session {session_id} is at version {current.version}, not "
-            f"{_describe(bases)}; re-read it, reapply your change and retry.",
-            current_version=current.version,
-            current=current,
-        )
     return current
+
+
+def _stale(current: Session, bases: set[int]) -> VersionConflict:
+    """The 409 of a strict write based on a version that is no longer current."""
+    return VersionConflict(
+        f"Session {current.session_id} is at version {current.version}, not "
+        f"{_describe(bases)}; re-read it, reapply your change and retry (or send "
+        "Prefer: merge=auto to have a change to other paths merged).",
+        current_version=current.version,
+        current=current,
+    )
 
 
 def _require_available(name: str, state: repo.AgentState) -> None:

@@ -7,19 +7,23 @@ Nothing here touches the database or the clock; the service passes times in.
 from __future__ import annotations
 
 import copy
+from dataclasses import replace
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
+import msgspec
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from app.common.validation import field_errors, validate_as
 from app.errors import ValidationFailed
+from app.sessions.merge import MergeResult, merge3
 from app.sessions.schemas import (
     AgentExecution,
     CoordinationMetadata,
     ExecutionStatus,
     Session,
     SessionContent,
+    SessionDocument,
     SessionState,
     SessionVersion,
 )
@@ -115,7 +119,33 @@ def version_content(version: SessionVersion, session: Session) -> SessionContent
     return _typed(version, session)
 
 
-def _typed(source: Session | SessionVersion, life: Session) -> SessionContent:
+class ContentRow(Protocol):
+    """Anything holding a session's versioned content as the API shows it: a session, a
+    version of it, a branch or a branch's version."""
+
+    @property
+    def session_state(self) -> dict[str, Any]: ...
+    @property
+    def agent_sequence(self) -> list[dict[str, Any]]: ...
+    @property
+    def coordination_metadata(self) -> dict[str, Any]: ...
+    @property
+    def current_agent(self) -> str | None: ...
+    @property
+    def progress_percentage(self) -> int: ...
+    @property
+    def priority(self) -> str: ...
+    @property
+    def version(self) -> int: ...
+
+
+def typed_content(source: ContentRow, life: Session) -> SessionContent:
+    """The content of ``source`` (a branch, a version), typed under today's rules, with
+    the session's status, preserve and completed_at."""
+    return _typed(source, life)
+
+
+def _typed(source: ContentRow, life: Session) -> SessionContent:
     state, metadata = strip_mirrors(source.session_state, source.coordination_metadata)
     return SessionContent(
         session_state=validate_as(SessionState, state, what="stored session_state"),
@@ -216,3 +246,79 @@ def start_execution(
 def clip(text: str, limit: int) -> str:
     """``text`` cut to at most ``limit`` characters, marked with an ellipsis when cut."""
     return text if len(text) <= limit else text[: limit - 1] + "\u2026"
+
+
+# -- the document a three-way merge works on (app/sessions/merge.py) ------------------------
+
+# The versioned content of a session as one JSON object: what the merge compares. preserve
+# and completed_at are not content (not versioned): they are taken from the writes.
+DOCUMENT_FIELDS = (
+    "session_state",
+    "agent_sequence",
+    "coordination_metadata",
+    "current_agent",
+    "progress_percentage",
+    "priority",
+    "status",
+)
+
+
+def document_of(content: SessionContent) -> dict[str, Any]:
+    """The content as the JSON document a merge compares (storage form, no mirrors)."""
+    state, sequence, metadata = storage_json(content)
+    return {
+        "session_state": state,
+        "agent_sequence": sequence,
+        "coordination_metadata": metadata,
+        "current_agent": content.current_agent,
+        "progress_percentage": content.progress_percentage,
+        "priority": content.priority,
+        "status": content.status,
+    }
+
+
+def content_from_document(document: dict[str, Any], life: SessionContent) -> SessionContent:
+    """A merged (or resolved) document as typed content, validated like any write (422
+    naming the field if it breaks a rule, e.g. too many pending actions after a merge);
+    preserve and completed_at from ``life``."""
+    typed = validate_as(SessionDocument, document, what="merged session")
+    return SessionContent(
+        session_state=evolve(typed.session_state, progress_percentage=None),
+        agent_sequence=typed.agent_sequence,
+        coordination_metadata=evolve(typed.coordination_metadata, session_priority=None),
+        current_agent=typed.current_agent,
+        progress_percentage=typed.progress_percentage,
+        priority=typed.priority,
+        status=typed.status,
+        preserve=life.preserve,
+        completed_at=life.completed_at,
+    )
+
+
+def keep_last_executions(content: SessionContent, limit: int) -> SessionContent:
+    """``content`` with only the last ``limit`` executions of its agent sequence."""
+    if len(content.agent_sequence) > limit:
+        return replace(content, agent_sequence=content.agent_sequence[-limit:])
+    return content
+
+
+def merge_contents(
+    base: SessionContent, current: SessionContent, proposed: SessionContent
+) -> MergeResult:
+    """Three-way merge of two writes' content from one base (app/sessions/merge.py)."""
+    return merge3(document_of(base), document_of(current), document_of(proposed))
+
+
+def session_at(version: ContentRow, current: Session) -> Session:
+    """The session as it was at ``version``: that version's content, the session's
+    identity and life (status and preserve as now): the base a merged write replays on."""
+    return msgspec.structs.replace(
+        current,
+        version=version.version,
+        session_state=version.session_state,
+        agent_sequence=version.agent_sequence,
+        coordination_metadata=version.coordination_metadata,
+        current_agent=version.current_agent,
+        progress_percentage=version.progress_percentage,
+        priority=version.priority,
+    )

@@ -103,11 +103,11 @@ WITH live AS (
 SELECT (SELECT count(*) FROM live) AS memories, (SELECT count(*) FROM archived) AS memory_archive
 
 -- name: delete_user
--- The user with their sessions, each session's history and decisions, and their archived
--- sessions; their agent tasks (those of their sessions, and those for the user without a
--- session) with the tasks' transitions and dead letters. The children are deleted by
--- name, not left to ON DELETE CASCADE, so each table's count is what this statement
--- removed.
+-- The user with their sessions, each session's history, decisions and branches (with
+-- their versions), and their archived sessions; their agent tasks (those of their
+-- sessions, and those for the user without a session) with the tasks' transitions and
+-- dead letters. The children are deleted by name, not left to ON DELETE CASCADE, so each
+-- table's count is what this statement removed.
 WITH user_tasks AS (
     SELECT t.task_id FROM agent_tasks t
     WHERE t.user_id = $1::uuid::text
@@ -129,6 +129,16 @@ WITH user_tasks AS (
     USING session_coordination s
     WHERE s.session_id = v.session_id AND s.user_id = $1
     RETURNING 1
+), branch_versions AS (
+    DELETE FROM session_branch_versions v
+    USING session_coordination s
+    WHERE s.session_id = v.session_id AND s.user_id = $1
+    RETURNING 1
+), branches AS (
+    DELETE FROM session_branches b
+    USING session_coordination s
+    WHERE s.session_id = b.session_id AND s.user_id = $1
+    RETURNING 1
 ), sessions AS (
     DELETE FROM session_coordination WHERE user_id = $1 RETURNING 1
 ), archived AS (
@@ -140,6 +150,8 @@ SELECT (SELECT count(*) FROM gone) AS users,
        (SELECT count(*) FROM sessions) AS session_coordination,
        (SELECT count(*) FROM versions) AS session_state_versions,
        (SELECT count(*) FROM decisions) AS coordination_decisions,
+       (SELECT count(*) FROM branches) AS session_branches,
+       (SELECT count(*) FROM branch_versions) AS session_branch_versions,
        (SELECT count(*) FROM archived) AS session_archive,
        (SELECT count(*) FROM tasks) AS agent_tasks,
        (SELECT count(*) FROM transitions) AS agent_task_transitions,

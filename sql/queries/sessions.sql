@@ -48,9 +48,12 @@ SELECT * FROM session_coordination WHERE session_id = $1 FOR UPDATE
 -- caused it, in one statement: one round trip, atomic even outside a transaction. No row
 -- back: the session is no longer at version $2. $13 changed_by, $14 change_reason,
 -- $15 the decision as a coordination_decisions row in JSON, or NULL; its session_version
--- and created_at are the version written here. $16 an event type and $17 its payload, or
--- NULL: the event (a task's end, app/coordination/completion.py) is written with the version
--- it describes, its payload given the session_version and decision_id written here.
+-- and created_at are the version written here.
+-- $16 merge base, $17 merged branch, $18 merged branch version: NULL unless the write was
+-- merged (an auto-merged write, a branch merge).
+-- $19 an event type and $20 its payload, or NULL: the event (a task's end,
+-- app/coordination/completion.py) is written with the version it describes, its payload
+-- given the session_version and decision_id written here.
 WITH updated AS (
     UPDATE session_coordination
     SET session_state = $3,
@@ -69,7 +72,7 @@ WITH updated AS (
     RETURNING *
 ), recorded AS (
     INSERT INTO session_state_versions
-    SELECT v.* FROM updated u, session_version(u, $13, $14, $12) v
+    SELECT v.* FROM updated u, session_version(u, $13, $14, $12, $16, $17, $18) v
 ), decided AS (
     INSERT INTO coordination_decisions (
         session_id, session_version, message, context_flags, classifier, intents,
@@ -86,12 +89,12 @@ WITH updated AS (
     RETURNING decision_id
 ), told AS (
     INSERT INTO outbox_events (event_type, payload, created_at)
-    SELECT $16::text,
-           $17::jsonb || jsonb_build_object('session_version', u.version,
+    SELECT $19::text,
+           $20::jsonb || jsonb_build_object('session_version', u.version,
                                             'decision_id', (SELECT decision_id FROM decided)),
            u.updated_at
     FROM updated u
-    WHERE $16::text IS NOT NULL
+    WHERE $19::text IS NOT NULL
 )
 SELECT updated.*, (SELECT decision_id FROM decided) AS decision_id FROM updated
 

@@ -14,7 +14,7 @@ INSERT INTO agent_tasks (task_id, session_id, user_id, agent_name, kind, input, 
                          scheduled_at, max_attempts, idempotency_key, created_by, trace_id,
                          traceparent, created_at, decision_id, requeue_of, status_reason)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, 'submitted')
-ON CONFLICT (created_by, idempotency_key) DO NOTHING
+ON CONFLICT (created_by, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING *
 
 -- name: insert_task_leased
@@ -31,7 +31,7 @@ SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, 'w
        $17, $18, $14, $17, 'run where submitted'
 WHERE (SELECT count(*) FROM agent_tasks WHERE agent_name = $4 AND lease_owner IS NOT NULL)
       < $19
-ON CONFLICT (created_by, idempotency_key) DO NOTHING
+ON CONFLICT (created_by, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING *
 
 -- name: claim_lock
@@ -154,7 +154,8 @@ SELECT * FROM agent_tasks WHERE task_id = $1
 SELECT * FROM agent_tasks WHERE task_id = ANY ($1::uuid[])
 
 -- name: get_task_by_key
-SELECT * FROM agent_tasks WHERE created_by = $1 AND idempotency_key = $2
+SELECT * FROM agent_tasks
+WHERE created_by = $1 AND idempotency_key = $2 AND idempotency_key IS NOT NULL
 
 -- name: list_session_tasks
 -- Keyset page, newest first: rows strictly before the cursor ($2, $3).

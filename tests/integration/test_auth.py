@@ -232,7 +232,10 @@ _PLAIN_AGENT_WITH_A_MALFORMED_BODY = {
     ("POST", "/v1/sessions/{session_id:uuid}/handoff"): 400,
     ("POST", "/v1/sessions/{session_id:uuid}/rollback"): 400,
     ("POST", "/v1/sessions/{session_id:uuid}/messages"): 400,
-    ("POST", "/v1/tasks"): 400,
+    ("POST", "/v1/sessions/{session_id:uuid}/branches"): 400,
+    ("PATCH", "/v1/sessions/{session_id:uuid}/branches/{name:str}"): 400,
+    ("POST", "/v1/sessions/{session_id:uuid}/branches/{name:str}/merge"): 400,
+    ("POST", "/v1/sessions/{session_id:uuid}/branches/{name:str}/rebase"): 400,
     ("POST", "/v1/memories"): 400,
     ("PUT", "/v1/memories/by-key"): 400,
     ("PUT", "/v1/memory-categories/{name:str}"): 403,
@@ -244,6 +247,7 @@ _PLAIN_AGENT_WITH_A_MALFORMED_BODY = {
     ("POST", "/webhooks/n8n/coordination"): 400,
     ("POST", "/webhooks/n8n/memory"): 400,
     ("POST", "/webhooks/n8n/cleanup"): 403,  # needs the coordination_manager role
+    ("POST", "/v1/tasks"): 400,  # any agent may submit a task
 }
 
 

@@ -232,6 +232,18 @@ async def test_erasing_a_user_leaves_no_trace_in_any_table(
         f'ForeignKeyViolationError: Key (session_id)=({sid}) is not present in table "x"',
     )
 
+    # A branch of the main session, with a version of its own.
+    forked = await client.post(
+        f"/v1/sessions/{sid}/branches", json={"name": "erase-me", "purpose": "analysis"}
+    )
+    assert forked.status_code == 201, forked.text
+    branch_write = await client.patch(
+        f"/v1/sessions/{sid}/branches/erase-me",
+        json={"session_state": {"agent_outputs": {"branch": marker}}},
+        headers={"If-Match": forked.headers["ETag"]},
+    )
+    assert branch_write.status_code == 200, branch_write.text
+
     needles = {
         "user id": user_id,
         "marker": marker,
@@ -258,6 +270,8 @@ async def test_erasing_a_user_leaves_no_trace_in_any_table(
         "session_coordination",
         "session_state_versions",
         "coordination_decisions",
+        "session_branches",
+        "session_branch_versions",
         "session_archive",
         "memories",
         "memory_archive",
@@ -285,6 +299,7 @@ async def test_erasing_a_user_leaves_no_trace_in_any_table(
     assert deleted["memory_archive"] == 1
     assert deleted["coordination_decisions"] >= 2  # the message and the webhook's
     assert deleted["session_state_versions"] >= 4
+    assert (deleted["session_branches"], deleted["session_branch_versions"]) == (1, 2)
     assert deleted["idempotency_keys"] == 3
     # Expiring x2, expired x2, restored, and whatever else names them (memory.purged does,
     # where it is sent per user); each has one delivery.

@@ -284,6 +284,10 @@ VALID_BODIES: dict[tuple[str, str], Any] = {
     ("POST", "/v1/sessions/{session_id}/complete"): {"base_version": 1},
     ("POST", "/v1/sessions/{session_id}/rollback"): {"to_version": 1, "base_version": 1},
     ("POST", "/v1/sessions/{session_id}/messages"): {"text": "hello"},
+    ("POST", "/v1/sessions/{session_id}/branches"): {"name": "probe", "purpose": "analysis"},
+    ("PATCH", "/v1/sessions/{session_id}/branches/{name}"): {"priority": "low", "base_version": 1},
+    ("POST", "/v1/sessions/{session_id}/branches/{name}/merge"): {},
+    ("POST", "/v1/sessions/{session_id}/branches/{name}/rebase"): {},
 }
 
 
@@ -462,6 +466,35 @@ async def _session_write(
     return await probe.client.post(f"/v1/sessions/{sid}/{action}", json=body, headers=headers)
 
 
+async def _branch(probe: Probe, headers: dict[str, str] | None = None) -> httpx.Response:
+    """A session with a branch ``probe`` whose write is based on version 1 with ``headers``
+    (None: the session is forked twice under one name)."""
+    sid = (await create_session(probe.client))["session_id"]
+    fork = {"name": "probe", "purpose": "analysis"}
+    if headers is None:
+        return await _twice(probe, f"/v1/sessions/{sid}/branches", fork)
+    assert (await probe.client.post(f"/v1/sessions/{sid}/branches", json=fork)).is_success
+    return await probe.client.patch(
+        f"/v1/sessions/{sid}/branches/probe", json={"priority": "low"}, headers=headers
+    )
+
+
+async def _conflicting_branch(probe: Probe, action: str) -> httpx.Response:
+    """Branch and session both change the priority; then ``action`` (merge, rebase)."""
+    sid = (await create_session(probe.client))["session_id"]
+    fork = {"name": "probe", "purpose": "analysis"}
+    assert (await probe.client.post(f"/v1/sessions/{sid}/branches", json=fork)).is_success
+    on_branch = await probe.client.patch(
+        f"/v1/sessions/{sid}/branches/probe", json={"priority": "low"}, headers=if_match(1)
+    )
+    assert on_branch.status_code == 200, on_branch.text
+    on_main = await probe.client.patch(
+        f"/v1/sessions/{sid}", json={"priority": "high"}, headers=if_match(1)
+    )
+    assert on_main.status_code == 200, on_main.text
+    return await probe.client.post(f"/v1/sessions/{sid}/branches/probe/{action}")
+
+
 _HANDOFF = {"to_agent": "Make_Plan_Agent", "reason": "probe"}
 _ROLLBACK = {"to_version": 1}
 _BAD_TAG = {"If-Match": "1"}
@@ -631,6 +664,16 @@ async def _discard_discarded(probe: Probe) -> httpx.Response:
 # is not derived from a shared mechanism, and every status a service documents, needs one.
 PROVOKE: dict[tuple[str, str, int], Provocation] = {
     ("GET", "/ready", 503): _ready_without_database,
+    ("POST", "/v1/sessions/{session_id}/branches", 409): lambda p: _branch(p),
+    ("PATCH", "/v1/sessions/{session_id}/branches/{name}", 400): lambda p: _branch(p, _BAD_TAG),
+    ("PATCH", "/v1/sessions/{session_id}/branches/{name}", 409): lambda p: _branch(p, if_match(2)),
+    ("PATCH", "/v1/sessions/{session_id}/branches/{name}", 428): lambda p: _branch(p, {}),
+    ("POST", "/v1/sessions/{session_id}/branches/{name}/merge", 409): lambda p: _conflicting_branch(
+        p, "merge"
+    ),
+    ("POST", "/v1/sessions/{session_id}/branches/{name}/rebase", 409): lambda p: (
+        _conflicting_branch(p, "rebase")
+    ),
     ("POST", "/v1/agents", 409): lambda p: _twice(p, "/v1/agents", {"name": unique("Twice")}),
     ("GET", "/v1/agents/{name}/card", 404): lambda p: p.client.get(
         "/v1/agents/Make_Plan_Agent/card"

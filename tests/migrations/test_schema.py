@@ -209,6 +209,8 @@ async def test_upgrade_head_builds_exactly_schema_sql(server_url: str) -> None:
         "session_archivable",
         "session_archive_lapsed",
         "session_archive_move",
+        "session_branch_idle",
+        "session_branch_version",
         "session_expired",
         "session_expiring",
         "session_extendable",

@@ -9,6 +9,8 @@ import pytest
 from app.common.preconditions import (
     body_base_version,
     etag,
+    merge_preference,
+    merged_write,
     parse_if_match,
     required_base_versions,
 )
@@ -126,3 +128,30 @@ def test_body_base_version_accepts_positive_integers(value: int) -> None:
 
 def test_body_base_version_absent() -> None:
     assert body_base_version(None) is None
+
+
+@pytest.mark.parametrize(
+    ("prefer", "expected"),
+    [
+        (None, None),
+        ("merge=auto", True),
+        ("merge=strict", False),
+        ("return=minimal, merge=auto", True),
+        ('MERGE="auto"; strength=high', True),
+        ("merge=auto, merge=strict", False),  # the last one named wins
+        ("merge=sometimes", None),  # a value the server does not know is ignored
+        ("respond-async", None),
+        ("", None),
+    ],
+)
+def test_the_merge_preference_is_read_from_prefer(
+    prefer: str | None, expected: bool | None
+) -> None:
+    assert merge_preference(prefer) is expected
+
+
+def test_a_write_was_merged_when_it_did_not_replace_its_base() -> None:
+    assert merged_write({3}, 5)
+    assert not merged_write({4}, 5)
+    assert not merged_write({2, 4}, 5)
+    assert not merged_write(None, 5)

@@ -1,6 +1,6 @@
 """A coordination decision names the agent task it waited for, and may have accepted one.
 
-Since the coordinator runs its agent calls as durable tasks (revision 0017), a decision
+Since the coordinator runs its agent calls as durable tasks (revision 0019), a decision
 names the task behind its answer: the task the request waited for, the one it stopped
 waiting for (the fallback answered, degraded), or the one whose late answer it records
 (app/coordination/completion.py). No foreign key: a decision is the record of what was
@@ -8,8 +8,8 @@ decided and outlives its task's row (the task's own record is in agent_tasks whi
 lasts). The outcome ``accepted``: the caller asked for `Prefer: respond-async` and was
 answered 202 with the task, nobody's answer yet.
 
-Revision ID: 0018
-Revises: 0017
+Revision ID: 0020
+Revises: 0019
 Create Date: 2026-11-24
 """
 
@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from migrations.sqlscript import run_sql
 
-revision = "0018"
-down_revision = "0017"
+revision = "0020"
+down_revision = "0019"
 branch_labels = None
 depends_on = None
 

@@ -7,8 +7,8 @@ attempt of the same task, and after its last attempt written to dead_letters (it
 escalated, a task.dead_lettered event). agent_task_transition() refuses backward and
 terminal transitions and writes the history (app/tasks/).
 
-Revision ID: 0017
-Revises: 0016
+Revision ID: 0019
+Revises: 0018
 Create Date: 2026-11-24
 """
 
@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from migrations.sqlscript import run_sql
 
-revision = "0017"
-down_revision = "0016"
+revision = "0019"
+down_revision = "0018"
 branch_labels = None
 depends_on = None
 
@@ -73,7 +73,6 @@ CREATE TABLE agent_tasks (
     -- Who made the latest transition and why; copied into agent_task_transitions.
     status_actor text,
     status_reason text,
-    CONSTRAINT agent_tasks_idempotency_unique UNIQUE (created_by, idempotency_key),
     CONSTRAINT agent_tasks_lease_whole CHECK ((lease_owner IS NULL) = (lease_expires_at IS NULL))
 );
 
@@ -83,9 +82,18 @@ CREATE INDEX agent_tasks_queue_idx ON agent_tasks (priority DESC, scheduled_at)
 -- Running attempts: per-agent concurrency and the reaper's expired leases.
 CREATE INDEX agent_tasks_leased_idx ON agent_tasks (agent_name, lease_expires_at)
     WHERE lease_owner IS NOT NULL;
-CREATE INDEX agent_tasks_session_idx ON agent_tasks (session_id, created_at DESC, task_id DESC);
-CREATE INDEX agent_tasks_user_idx ON agent_tasks (user_id);
-CREATE INDEX agent_tasks_requeue_of_idx ON agent_tasks (requeue_of);
+-- Every claim and completion moves a task's row to a new version (status and lease are
+-- indexed), which adds an entry to each index whose predicate the row meets: the indexes
+-- below hold only the rows that have the value they look up.
+-- An Idempotency-Key is unique per submitter (ON CONFLICT names this index).
+CREATE UNIQUE INDEX agent_tasks_idempotency_key ON agent_tasks (created_by, idempotency_key)
+    WHERE idempotency_key IS NOT NULL;
+CREATE INDEX agent_tasks_session_idx ON agent_tasks (session_id, created_at DESC, task_id DESC)
+    WHERE session_id IS NOT NULL;
+-- Erasure finds a user's tasks without a session by this.
+CREATE INDEX agent_tasks_user_idx ON agent_tasks (user_id) WHERE user_id IS NOT NULL;
+-- ON DELETE SET NULL of requeue_of looks up the requeues of a deleted task.
+CREATE INDEX agent_tasks_requeue_of_idx ON agent_tasks (requeue_of) WHERE requeue_of IS NOT NULL;
 
 -- Every transition of a task: who, when, why; written by agent_task_transition().
 CREATE TABLE agent_task_transitions (

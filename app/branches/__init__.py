@@ -1,0 +1,1 @@
+"""Branches of a session: fork, write, merge, rebase, delete."""
