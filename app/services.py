@@ -21,9 +21,11 @@ from app.branches.service import BranchService
 from app.clock import Clock
 from app.coordination.breaker_admin import BreakerAdmin
 from app.coordination.breakers import BreakerRegistry
+from app.coordination.completion import TaskCompletion
 from app.coordination.dispatch import AgentClient
 from app.coordination.rules import RulesService
 from app.coordination.service import CoordinationService
+from app.coordination.tasks import COORDINATOR_KINDS, AgentTasks
 from app.db.pool import Database
 from app.db.presence import ReplicaPresence
 from app.erasure.service import ErasureService
@@ -108,6 +110,23 @@ class Services:
             max_answer_bytes=settings.max_body_bytes,
             repair_max_bytes=settings.coordination.repair_max_bytes,
         )
+        # Durable agent tasks: every process can submit, run (its worker, or run_here)
+        # and wait for them; the handlers of the kinds are registered here.
+        self.tasks = TaskService(
+            database, clock, settings.tasks, replica, self.tracing, self.agents, self.sessions
+        )
+        self.agent_call = AgentCall(self.agents, self.breakers, self.agent_client, clock)
+        self.tasks.register("agent_call", self.agent_call)
+        self.events = EventService(database, clock, settings.scheduler, self.http, self.outbound)
+        # The coordinator's agent calls are tasks (kinds message, handoff, pending_action):
+        # one attempt each (agent_tasks), and, for a task whose caller stopped waiting,
+        # its end applied to the session and announced (task_completion).
+        self.agent_tasks = AgentTasks(self.tasks, self.agent_call)
+        self.task_completion = TaskCompletion(
+            database, clock, self.sessions, self.memories, self.breakers, self.events
+        )
+        for kind in COORDINATOR_KINDS:
+            self.tasks.register(kind, self.agent_tasks.attempt, self.task_completion.finished)
         self.coordinator = CoordinationService(
             database,
             clock,
@@ -117,15 +136,8 @@ class Services:
             self.rules,
             self.breakers,
             self.agent_client,
+            self.agent_tasks,
         )
-        # Durable agent tasks: every process can submit, run (its worker, or run_here)
-        # and wait for them; the handlers of the kinds are registered here.
-        self.tasks = TaskService(
-            database, clock, settings.tasks, replica, self.tracing, self.agents, self.sessions
-        )
-        self.agent_call = AgentCall(self.agents, self.breakers, self.agent_client, clock)
-        self.tasks.register("agent_call", self.agent_call)
-        self.events = EventService(database, clock, settings.scheduler, self.http, self.outbound)
         lease = settings.webhooks.idempotency_lease
         # One connection per replica, outside the pool: its lock says this process is alive.
         self.presence = ReplicaPresence(

@@ -255,6 +255,14 @@ class CoordinationSettings(BaseSettings):
     # than linearly on hostile input (about 0.2 s for 64 KiB at worst, measured, against
     # 1.5 s for 256 KiB), so the bound is the worst time an answer can cost. 0: never.
     repair_max_bytes: NonNegativeInt = 64 * 1024
+    # Seconds a message (POST .../messages, the n8n coordination webhook) waits for its
+    # agent's task before the rule-based fallback answers (degraded, with the task id) and
+    # the task goes on in the background. Under n8n's webhook timeout with room to spare;
+    # a caller asks for another wait with `Prefer: wait=N` (RFC 7240), capped below.
+    wait_default_seconds: float = Field(default=8.0, ge=0, le=3600)
+    # The most a caller may ask to wait (Prefer: wait=N above it waits this long): under the
+    # 60 s most HTTP clients and proxies (and n8n's HTTP node) give a request.
+    wait_max_seconds: float = Field(default=55.0, ge=0, le=3600)
 
 
 class SchedulerSettings(BaseSettings):

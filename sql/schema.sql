@@ -411,7 +411,8 @@ CREATE TABLE coordination_decisions (
     chosen_agent text,
     routed_by text,
     breaker_state text,
-    outcome text NOT NULL CHECK (outcome IN ('agent', 'fallback', 'clarification')),
+    -- accepted (revision 0020): answered 202 with the agent's task (Prefer: respond-async).
+    outcome text NOT NULL CHECK (outcome IN ('agent', 'fallback', 'clarification', 'accepted')),
     fallback text,
     degraded boolean NOT NULL,
     attempts integer NOT NULL DEFAULT 0,
@@ -422,7 +423,11 @@ CREATE TABLE coordination_decisions (
     created_at timestamptz NOT NULL DEFAULT now(),
     -- The trace of the request or task that made the decision (revision 0016): the id its
     -- answer named in X-Trace-Id and its log lines carry.
-    trace_id text
+    trace_id text,
+    -- The agent task behind the answer (revision 0020): the one the request waited for,
+    -- stopped waiting for, or whose late answer this records. No foreign key: the decision
+    -- outlives the task's row.
+    task_id uuid
 );
 
 CREATE INDEX coordination_decisions_session_idx

@@ -7,15 +7,18 @@ import re
 from typing import Annotated, Any
 from uuid import UUID
 
-from litestar import Controller, Request, get, post, put
+from litestar import Controller, Request, Response, get, post, put
+from litestar.datastructures import ResponseHeader
 from litestar.di import NamedDependency
-from litestar.params import FromPath, JSONBody, QueryParameter
+from litestar.openapi.datastructures import ResponseSpec
+from litestar.params import FromPath, HeaderParameter, JSONBody, QueryParameter
 
 from app.auth.guards import admin_only
 from app.auth.principal import Principal
 from app.common.jsontypes import JsonObject
 from app.common.pagination import DEFAULT_LIMIT, MAX_LIMIT
 from app.coordination.breaker_admin import BreakerAdmin
+from app.coordination.prefer import WaitBudget, parse_prefer
 from app.coordination.rules import RulesService
 from app.coordination.schemas import (
     Analysis,
@@ -26,6 +29,7 @@ from app.coordination.schemas import (
     IntentModifier,
     IntentType,
     IntentTypeWrite,
+    MessageAccepted,
     MessageRequest,
     MessageResult,
     ModifierWrite,
@@ -34,6 +38,49 @@ from app.coordination.service import CoordinationService
 from app.errors import BadRequest
 
 AnyRequest = Request[Principal, Any, Any]
+# Documented here; read from every Prefer header of the request (RFC 7240 allows several).
+PreferHeader = Annotated[
+    str | None,
+    HeaderParameter(
+        name="prefer",
+        required=False,
+        max_length=1024,
+        description=(
+            "RFC 7240: `wait=N` (seconds to wait for the agent, capped) and/or "
+            "`respond-async` (202 with the task). Other preferences and malformed values "
+            "are ignored."
+        ),
+    ),
+]
+WAIT_HEADERS = [
+    ResponseHeader(
+        name="Preference-Applied",
+        required=False,
+        description="The Prefer preferences honoured (RFC 7240), e.g. `wait=20`.",
+        documentation_only=True,
+    ),
+]
+ACCEPTED_RESPONSE = {
+    202: ResponseSpec(
+        data_container=MessageAccepted,
+        description=(
+            "Prefer: respond-async: the agent's task works on the message (Location: the "
+            "task); its answer is applied to the session when it comes (event task.completed)."
+        ),
+    )
+}
+
+
+def waited_response(
+    result: MessageResult | MessageAccepted, budget: WaitBudget
+) -> Response[MessageResult | MessageAccepted]:
+    """200 with the answer, or 202 with the task (Location), and Preference-Applied."""
+    headers = {"Preference-Applied": budget.applied} if budget.applied else {}
+    if isinstance(result, MessageAccepted):
+        return Response(result, status_code=202, headers={**headers, "Location": result.task_url})
+    return Response(result, status_code=200, headers=headers)
+
+
 Coordinator = NamedDependency[CoordinationService]
 Rules = NamedDependency[RulesService]
 Breakers = NamedDependency[BreakerAdmin]
@@ -91,25 +138,50 @@ class SessionMessageController(Controller):
     path = "/v1/sessions/{session_id:uuid}"
     tags = ["coordination", "sessions"]
 
-    @post("/messages", status_code=200, summary="Send a user message through the coordinator")
+    @post(
+        "/messages",
+        status_code=200,
+        summary="Send a user message through the coordinator",
+        response_headers=WAIT_HEADERS,
+        responses=ACCEPTED_RESPONSE,
+    )
     async def message(
         self,
         request: AnyRequest,
         session_id: FromPath[UUID],
         data: JSONBody[MessageRequest],
         coordinator: Coordinator,
-    ) -> MessageResult:
-        """Analyse, prioritise, route, call the agent through its breaker (or fall back),
-        apply its memory updates, update the session and record the decision."""
-        return await coordinator.handle_message(session_id, data, request.user)
+        prefer: PreferHeader = None,
+    ) -> Response[MessageResult | MessageAccepted]:
+        """Analyse, prioritise, route, run the agent's task and wait for it up to the wait
+        budget (``Prefer: wait=N``; default SWITCHBOARD_COORDINATION_WAIT_DEFAULT_SECONDS):
+        its answer, else the fallback's (degraded, with the task id; the real answer is
+        applied to the session later, event task.completed). ``Prefer: respond-async``:
+        202 with the task."""
+        budget = coordinator.budget(parse_prefer(request.headers.getall("prefer", [])))
+        result = await coordinator.handle_message(session_id, data, request.user, budget)
+        return waited_response(result, budget)
 
-    @post("/pending/next", status_code=200, summary="Process the next pending action")
+    @post(
+        "/pending/next",
+        status_code=200,
+        summary="Process the next pending action",
+        response_headers=WAIT_HEADERS,
+        responses=ACCEPTED_RESPONSE,
+    )
     async def next_pending(
-        self, request: AnyRequest, session_id: FromPath[UUID], coordinator: Coordinator
-    ) -> MessageResult:
+        self,
+        request: AnyRequest,
+        session_id: FromPath[UUID],
+        coordinator: Coordinator,
+        prefer: PreferHeader = None,
+    ) -> Response[MessageResult | MessageAccepted]:
         """Take the highest-priority queued action (a secondary intent, a deferred change)
-        and coordinate it like a message; 409 when nothing is pending."""
-        return await coordinator.next_pending(session_id, request.user)
+        and coordinate it like a message, its agent called by a task (kind pending_action)
+        waited for the same way; 409 when nothing is pending."""
+        budget = coordinator.budget(parse_prefer(request.headers.getall("prefer", [])))
+        result = await coordinator.next_pending(session_id, request.user, budget)
+        return waited_response(result, budget)
 
     @get("/decisions", summary="The session's coordination decisions")
     async def decisions(

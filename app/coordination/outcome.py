@@ -23,15 +23,20 @@ from app.coordination.schemas import (
     DecisionResponse,
     IntentView,
     MemoryUpdateOutcome,
+    MessageAccepted,
     MessageResult,
     RoutedTo,
 )
+from app.coordination.tasks import task_url
 from app.coordination.turn import Turn, TurnStep
 from app.sessions.schemas import PendingAction, Session
 from app.sessions.state import evolve
+from app.tasks.schemas import Task
 
 # What the user reads when no agent, not even a fallback, could take the message.
 NOBODY = "No agent is available for this request."
+# What the user reads of a step answered 202 (Prefer: respond-async): its task works on.
+ACCEPTED = "{agent} is working on it; the answer follows when it is ready."
 
 
 def response_text(output: object) -> str:
@@ -58,6 +63,10 @@ class AgentStep:
     breaker_state: str
     # Where a direct_agent_routing fallback passes the request.
     routed: Handoff | None = None
+    # The agent's task (None: no task was run, e.g. the agent has no url or its breaker
+    # refused) and whether it is still working, detached from the turn.
+    task: Task | None = None
+    waiting: bool = False
 
     @property
     def response(self) -> AgentResponse | None:
@@ -69,7 +78,14 @@ class AgentStep:
         """What the user reads of this step."""
         if self.response is not None:
             return response_text(self.response.output_data)
-        return self.fallback.text if self.fallback else ""
+        if self.fallback is not None:
+            return self.fallback.text
+        return ACCEPTED.format(agent=self.agent.name) if self.waiting else ""
+
+    @property
+    def accepted(self) -> bool:
+        """The step was answered 202: its task works on, and no fallback answered."""
+        return self.waiting and self.fallback is None and self.response is None
 
     def turn_step(self, *, next_agent: str | None, known: set[str]) -> TurnStep:
         """This step as the session records it. The next agent is the one the turn passed
@@ -85,6 +101,7 @@ class AgentStep:
             output_data=response.output_data if response else None,
             next_agent=next_agent,
             fallback=self.fallback.strategy if self.fallback else None,
+            waiting_task=str(self.task.task_id) if self.waiting and self.task else None,
         )
 
     def routed_to(self) -> RoutedTo:
@@ -154,10 +171,24 @@ class TurnOutcome:
         return self.steps[1] if len(self.steps) > 1 else None
 
     @property
-    def kind(self) -> Literal["clarification", "agent", "fallback"]:
+    def task(self) -> Task | None:
+        """The task the caller is pointed to: the first one still working (its answer
+        comes later), else the routed agent's."""
+        waiting = next((step.task for step in self.steps if step.waiting and step.task), None)
+        return waiting or (self.steps[0].task if self.steps else None)
+
+    @property
+    def accepted(self) -> bool:
+        """The turn was answered 202 (Prefer: respond-async): its agent's task works on."""
+        return bool(self.steps) and self.steps[0].accepted
+
+    @property
+    def kind(self) -> Literal["clarification", "agent", "fallback", "accepted"]:
         """The decision's outcome."""
         if self.prio.clarification is not None:
             return "clarification"
+        if self.accepted:
+            return "accepted"
         return "agent" if self.fallback is None else "fallback"
 
     def decision(
@@ -176,7 +207,7 @@ class TurnOutcome:
             message=message,
             context_flags=self.flags,
             classifier=self.classifier,
-            intents=[_decided(i) for i in self.prio.intents],
+            intents=[decided_intent(i) for i in self.prio.intents],
             primary_intent=primary.intent if primary else None,
             chosen_agent=self.route.agent.name if self.route else None,
             routed_by=self.route.routed_by if self.route else None,
@@ -197,6 +228,7 @@ class TurnOutcome:
             execution_time_ms=execution_time_ms,
             created_by=created_by,
             trace_id=trace_id,
+            task_id=self.task.task_id if self.task else None,
         )
 
     def turn(self, pending: PendingAction | None, known_agents: set[str]) -> Turn:
@@ -205,7 +237,11 @@ class TurnOutcome:
         work a fallback deferred, wait in the queue."""
         steps = self.steps
         routed = steps[0].routed if steps else None
-        deferred = steps[-1].fallback.pending_action if steps and steps[-1].fallback else None
+        last = steps[-1] if steps else None
+        # A step whose task still works has its deferred work in that task.
+        deferred = (
+            last.fallback.pending_action if last and last.fallback and not last.waiting else None
+        )
         return Turn(
             primary=self.prio.primary,
             secondaries=self.prio.secondaries + (routed.others if routed else ()),
@@ -256,6 +292,27 @@ class TurnOutcome:
             ),
             execution_time_ms=execution_time_ms,
             repaired=self.repaired_from is not None,
+            task_id=self.task.task_id if self.task else None,
+            task_url=task_url(self.task.task_id) if self.task else None,
+        )
+
+    def accepted_result(
+        self, session: Session, decision_id: UUID, rules: IntentRules
+    ) -> MessageAccepted:
+        """The caller's 202 (Prefer: respond-async): the task working on the message."""
+        task = self.task
+        if task is None:  # an accepted turn has its task
+            raise RuntimeError("An accepted turn without its task.")
+        return MessageAccepted(
+            task_id=task.task_id,
+            task_url=task_url(task.task_id),
+            task_status=task.status,
+            decision_id=decision_id,
+            session_id=session.session_id,
+            session_version=session.version,
+            agent=self.route.agent.name if self.route else None,
+            intents=[intent_view(i, rules) for i in self.prio.intents],
+            pending_actions=session.session_state.get("pending_actions", []),
         )
 
 
@@ -274,7 +331,8 @@ def clarification_view(prio: Prioritization) -> ClarificationView | None:
     )
 
 
-def _decided(intent: DetectedIntent) -> DecidedIntent:
+def decided_intent(intent: DetectedIntent) -> DecidedIntent:
+    """A detected intent as a decision (and a task's turn) records it."""
     return DecidedIntent(*_fields(intent))
 
 

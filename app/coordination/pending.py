@@ -2,9 +2,13 @@
 
 Actions are named by ``id``, never matched by value: a client may edit an action while an
 agent works on it, and two callers may ask for the next action at once. Processing one is
-two writes: a claim (``in_progress`` with ``claimed_at``, a versioned write, so exactly one
-caller wins it) and, after the agent call, the settlement of that claim. A claim whose
-process died is taken over once it is older than the claim timeout.
+a claim (``in_progress`` with ``claimed_at``, a versioned write, so exactly one caller wins
+it), then the action's agent task (kind pending_action, app/coordination/tasks.py), then the
+settlement of the claim: by the turn, when the task ended while its caller waited, else by
+the task's end (app/coordination/completion.py), the action bound to the task meanwhile
+(``task_id``). The task's retries (backoff, dead letter) are the action's: there is no
+retry loop of its own. A claim whose process died before it bound a task is taken over once
+it is older than the claim timeout.
 """
 
 from __future__ import annotations
@@ -16,8 +20,6 @@ from app.coordination.intents import DetectedIntent, IntentRules, Prioritization
 from app.sessions.schemas import MAX_PENDING_ACTIONS, PendingAction
 from app.sessions.state import clip, evolve
 
-# A queued action whose agent keeps failing is tried this many times, then marked failed.
-MAX_PENDING_ATTEMPTS = 3
 # Statuses of actions nobody will work on again: trimmed first when the queue is full.
 _FINISHED = frozenset({"done", "cancelled", "failed"})
 
@@ -36,6 +38,7 @@ def claim_next(
         if action.status == "pending"
         or (
             action.status == "in_progress"
+            and action.task_id is None  # a task's action is settled when the task ends
             and action.claimed_at is not None
             and action.claimed_at < stale_before
         )
@@ -63,31 +66,71 @@ def as_prioritization(action: PendingAction, text: str, rules: IntentRules) -> P
 
 
 def settle_claim(
-    actions: list[PendingAction], claimed: PendingAction, requeue: PendingAction | None
+    actions: list[PendingAction], claimed: PendingAction, failure: str | None
 ) -> list[PendingAction]:
-    """The queue after the claimed action ran: gone when it was handled; counted and waiting
-    again when its agent is still away (``requeue``), failed after MAX_PENDING_ATTEMPTS.
-    If the claim is no longer ours (a client changed or removed the action meanwhile, or
-    a later claim took it over), the queue stays as it is now."""
-    index = next((i for i, a in enumerate(actions) if a.id == claimed.id), None)
+    """The queue after the claimed action's turn: gone when it was handled; ``failed`` with
+    ``failure`` as its reason when its agent could not do it (its task failed for good, or
+    its fallback could not do the work either). If the claim is no longer ours (a client
+    changed or removed the action meanwhile, or a later claim took it over), the queue
+    stays as it is now."""
+    index = _claimed_index(actions, claimed)
     if index is None:
         return actions
+    return _settled(actions, index, failure)
+
+
+def bind_claim(
+    actions: list[PendingAction], claimed: PendingAction, task_id: str
+) -> list[PendingAction]:
+    """The queue with the claimed action bound to the agent task still working on it (its
+    caller stopped waiting); unchanged if the claim is no longer ours."""
+    index = _claimed_index(actions, claimed)
+    if index is None:
+        return actions
+    bound = evolve(actions[index], task_id=task_id)
+    return [*actions[:index], bound, *actions[index + 1 :]]
+
+
+def settle_task(
+    actions: list[PendingAction], action_id: str, task_id: str, failure: str | None
+) -> list[PendingAction]:
+    """The queue after the task bound to action ``action_id`` ended: the action gone, or
+    failed with ``failure``; unchanged if the action is no longer that task's."""
+    index = next(
+        (
+            i
+            for i, a in enumerate(actions)
+            if a.id == action_id and a.task_id == task_id and a.status == "in_progress"
+        ),
+        None,
+    )
+    if index is None:
+        return actions
+    return _settled(actions, index, failure)
+
+
+def _claimed_index(actions: list[PendingAction], claimed: PendingAction) -> int | None:
+    index = next((i for i, a in enumerate(actions) if a.id == claimed.id), None)
+    if index is None:
+        return None
     current = actions[index]
     if current.status != "in_progress" or current.claimed_at != claimed.claimed_at:
-        return actions
-    if requeue is None:
+        return None
+    return index
+
+
+def _settled(actions: list[PendingAction], index: int, failure: str | None) -> list[PendingAction]:
+    if failure is None:
         return [*actions[:index], *actions[index + 1 :]]
-    attempts = current.attempts + 1
-    gave_up = attempts >= MAX_PENDING_ATTEMPTS
-    changes: dict[str, object] = {
-        "attempts": attempts,
-        "status": "failed" if gave_up else "pending",
-        "claimed_at": None,
-    }
-    if gave_up:
-        why = requeue.reason or "its agent was unavailable"
-        changes["reason"] = clip(f"gave up after {attempts} attempts: {why}", 500)
-    return [*actions[:index], evolve(current, **changes), *actions[index + 1 :]]
+    current = actions[index]
+    failed = evolve(
+        current,
+        attempts=current.attempts + 1,
+        status="failed",
+        claimed_at=None,
+        reason=clip(failure, 500),
+    )
+    return [*actions[:index], failed, *actions[index + 1 :]]
 
 
 def enqueue(

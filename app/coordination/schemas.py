@@ -267,6 +267,28 @@ class MessageResult:
     execution_time_ms: int
     # The answer's JSON was broken and repaired (the decision says how).
     repaired: bool = False
+    # The agent's task (GET /v1/tasks/{id}): the one that answered, or, when the caller
+    # stopped waiting for it (degraded), the one still working, whose answer is applied to
+    # the session when it comes (event task.completed). None: no agent was called.
+    task_id: UUID | None = None
+    task_url: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class MessageAccepted:
+    """The 202 answer to a message sent with ``Prefer: respond-async``: the agent's task
+    (read it at ``task_url``; its answer is applied to the session when it comes, and
+    announced as the event task.completed) and the turn recorded meanwhile."""
+
+    task_id: UUID
+    task_url: str
+    task_status: str
+    decision_id: UUID
+    session_id: UUID
+    session_version: int
+    agent: str | None
+    intents: list[IntentView]
+    pending_actions: list[JsonObject]
 
 
 class RoutedTo(msgspec.Struct, frozen=True):
@@ -325,6 +347,9 @@ class DecisionRecord(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=Tr
     created_at: datetime | None = None
     # The trace of the request (or task) that made the decision: X-Trace-Id, log lines.
     trace_id: str | None = None
+    # The agent task behind the answer: waited for, stopped waiting for (the fallback
+    # answered), accepted (respond-async), or whose late answer this decision records.
+    task_id: UUID | None = None
 
 
 class Decision(DecisionRecord, frozen=True, kw_only=True, omit_defaults=False):

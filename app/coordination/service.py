@@ -1,14 +1,15 @@
-"""The coordinator: message -> intents -> priority -> agent -> breaker or fallback ->
-memory updates -> session update and decision record. The API, the n8n webhooks and the
-pending-action queue all come through here.
+"""The coordinator: message -> intents -> priority -> agent (a durable task, waited for up
+to the wait budget) or fallback -> memory updates -> session update and decision record.
+The API, the n8n webhooks and the pending-action queue all come through here.
 
 The service orchestrates; the rules live in modules of their own: ``rules`` (the intent
 rules and fallback wording, as stored and cached), ``intents`` (detection, scoring,
 ranking), ``context`` (the session's own flags), ``routing`` (which agent, and
 where a failed orchestrator passes a request), ``dispatch`` (calling an agent),
 ``fallbacks`` (answering without it), ``memory_updates``, ``outcome`` (the decision, the
-session turn and the answer, made of what happened), ``turn`` (the session update) and
-``pending`` (the queue).
+session turn and the answer, made of what happened), ``turn`` (the session update),
+``pending`` (the queue), ``prefer`` (the wait budget), ``tasks`` (an agent step as a task,
+and the wait) and ``completion`` (a task's late answer, applied to the session).
 """
 
 from __future__ import annotations
@@ -25,9 +26,10 @@ from app.auth.principal import Principal
 from app.clock import Clock
 from app.common.pagination import FIRST_PAGE, cut_page, decode_time_id_cursor
 from app.coordination import repository as repo
+from app.coordination.breaker import AsyncCircuitBreaker
 from app.coordination.breakers import BreakerRegistry
 from app.coordination.context import session_flags
-from app.coordination.dispatch import AgentClient, agent_request, classifier_request
+from app.coordination.dispatch import AgentClient, CallResult, agent_request, classifier_request
 from app.coordination.fallbacks import (
     FallbackContext,
     FallbackData,
@@ -44,8 +46,15 @@ from app.coordination.intents import (
     with_agent_availability,
 )
 from app.coordination.memory_updates import apply_memory_updates
-from app.coordination.outcome import AgentStep, TurnOutcome, clarification_view, intent_view
+from app.coordination.outcome import (
+    AgentStep,
+    TurnOutcome,
+    clarification_view,
+    decided_intent,
+    intent_view,
+)
 from app.coordination.pending import as_prioritization, claim_next
+from app.coordination.prefer import WaitBudget, WaitPreference, wait_budget
 from app.coordination.routing import (
     Handoff,
     Route,
@@ -57,13 +66,16 @@ from app.coordination.routing import (
 )
 from app.coordination.rules import Rules, RulesService
 from app.coordination.schemas import (
+    AgentRequest,
     Analysis,
     AnalyzeRequest,
     DecisionPage,
     MemoryUpdateOutcome,
+    MessageAccepted,
     MessageRequest,
     MessageResult,
 )
+from app.coordination.tasks import AgentTasks, TaskTurn, Waited, task_input, task_priority
 from app.coordination.turn import apply_turn
 from app.db.pool import Database
 from app.errors import Conflict
@@ -73,6 +85,7 @@ from app.sessions.schemas import PendingAction, Session, SessionContent
 from app.sessions.service import SessionService, require_open
 from app.sessions.state import content_of, evolve
 from app.settings import CoordinationSettings
+from app.tasks.schemas import NewTask
 from app.tracing import current_trace_id
 
 # Where fallbacks look for what the user told us about their finances, and how much of it.
@@ -91,6 +104,17 @@ class _Message:
     rules: IntentRules
     fallbacks: FallbackData
     agents: list[Agent]
+    classifier: str
+    budget: WaitBudget
+    # time.monotonic() when the wait budget ends: shared by the routed agent's step and
+    # the handoff's.
+    deadline: float
+    # The queued action the turn processes (POST .../pending/next).
+    pending: PendingAction | None = None
+
+    def remaining(self) -> float:
+        """Seconds left of the wait budget."""
+        return max(0.0, self.deadline - time.monotonic())
 
 
 class CoordinationService:
@@ -106,6 +130,7 @@ class CoordinationService:
         rules: RulesService,
         breakers: BreakerRegistry,
         agents: AgentClient,
+        agent_tasks: AgentTasks,
     ) -> None:
         self._db = database
         self._clock = clock
@@ -115,6 +140,7 @@ class CoordinationService:
         self._rules = rules
         self._breakers = breakers
         self._agents = agents
+        self._agent_tasks = agent_tasks
         self._policy = RoutingPolicy(
             default_agent=settings.default_agent, classifier_agent=settings.classifier_agent
         )
@@ -148,16 +174,37 @@ class CoordinationService:
 
     # -- messages ----------------------------------------------------------------------
 
-    async def handle_message(
-        self, session_id: UUID, data: MessageRequest, principal: Principal
-    ) -> MessageResult:
-        """Coordinate one user message end to end."""
-        session = await self._open_session(session_id)
-        return await self._coordinate(session, data.text, set(data.context_flags), principal, None)
+    def budget(self, prefer: WaitPreference | None = None) -> WaitBudget:
+        """How long a message waits for its agent: the caller's ``Prefer`` (capped), else
+        the configured default."""
+        settings = self._settings
+        return wait_budget(
+            prefer or WaitPreference(),
+            min(settings.wait_default_seconds, settings.wait_max_seconds),
+            settings.wait_max_seconds,
+        )
 
-    async def next_pending(self, session_id: UUID, principal: Principal) -> MessageResult:
+    async def handle_message(
+        self,
+        session_id: UUID,
+        data: MessageRequest,
+        principal: Principal,
+        budget: WaitBudget | None = None,
+    ) -> MessageResult | MessageAccepted:
+        """Coordinate one user message end to end, waiting for its agent's task up to
+        ``budget`` (default: the configured wait); MessageAccepted when the budget says
+        respond-async and the task still works."""
+        session = await self._open_session(session_id)
+        return await self._coordinate(
+            session, data.text, set(data.context_flags), principal, None, budget or self.budget()
+        )
+
+    async def next_pending(
+        self, session_id: UUID, principal: Principal, budget: WaitBudget | None = None
+    ) -> MessageResult | MessageAccepted:
         """Process the highest-priority pending action of the session. It is claimed first
-        (a versioned write), so two callers never run the same action; the second gets 409."""
+        (a versioned write), so two callers never run the same action; the second gets 409.
+        Its agent is called by a task (kind pending_action), waited for like a message's."""
         session = await self._open_session(session_id)
         content_of(session)  # a session that cannot be written is refused before any work
         claimed: list[PendingAction] = []
@@ -178,7 +225,9 @@ class CoordinationService:
         )
         action = claimed[0]
         text = action.description or action.type
-        return await self._coordinate(session, text, set(), principal, action)
+        return await self._coordinate(
+            session, text, set(), principal, action, budget or self.budget()
+        )
 
     async def list_decisions(
         self, session_id: UUID, limit: int, cursor: str | None
@@ -201,9 +250,11 @@ class CoordinationService:
         caller_flags: set[str],
         principal: Principal,
         pending: PendingAction | None,
-    ) -> MessageResult:
-        """Classify and rank (or take the claimed action), route, run the agent or its
-        fallback, then write the session change and its decision with one statement."""
+        budget: WaitBudget,
+    ) -> MessageResult | MessageAccepted:
+        """Classify and rank (or take the claimed action), route, run the agent's task
+        and wait for it (or answer with its fallback), then write the session change and
+        its decision with one statement."""
         started = time.monotonic()
         content_of(session)  # a session that cannot be written is refused before any work
         loaded, agents = await self._load()
@@ -217,7 +268,19 @@ class CoordinationService:
         found = route(prio.primary, agents, self._policy) if prio.primary is not None else None
         outcome = TurnOutcome(flags, classifier, prio, found)
         if found is not None:
-            msg = _Message(session, text, flags, principal, rules, loaded.fallbacks, agents)
+            msg = _Message(
+                session,
+                text,
+                flags,
+                principal,
+                rules,
+                loaded.fallbacks,
+                agents,
+                classifier,
+                budget,
+                time.monotonic() + budget.seconds,
+                pending,
+            )
             outcome = replace(outcome, steps=await self._run(found, prio, msg))
         decision = outcome.decision(
             session.session_id, text, principal.name, _ms_since(started), current_trace_id()
@@ -233,6 +296,8 @@ class CoordinationService:
         )
         if decision_id is None:  # the statement writes both or neither
             raise RuntimeError("The session was written without its decision.")
+        if outcome.accepted:
+            return outcome.accepted_result(updated, decision_id, rules)
         return outcome.result(updated, decision_id, rules, _ms_since(started))
 
     async def _run(
@@ -243,11 +308,18 @@ class CoordinationService:
         answer (or its own fallback's) is what the user gets after the routing note."""
         if prio.primary is None:
             return ()
-        first = await self._run_agent(found.agent, prio.primary, prio.secondaries, msg)
+        kind = "message" if msg.pending is None else "pending_action"
+        first = await self._run_agent(
+            found.agent, prio.primary, prio.secondaries, msg, kind, found.routed_by
+        )
         if first.routed is None:
             return (first,)
         handed = first.routed
-        return (first, await self._run_agent(handed.agent, handed.intent, (), msg))
+        routed_by = f"direct_agent_routing:{found.agent.name}"
+        return (
+            first,
+            await self._run_agent(handed.agent, handed.intent, (), msg, "handoff", routed_by),
+        )
 
     async def _run_agent(
         self,
@@ -255,18 +327,37 @@ class CoordinationService:
         intent: DetectedIntent,
         secondaries: tuple[DetectedIntent, ...],
         msg: _Message,
+        kind: str,
+        routed_by: str | None,
     ) -> AgentStep:
-        """Call one agent through its breaker; its memory updates if it answered, else its
-        rule-based fallback (for ``direct_agent_routing``, with the agent it passes to)."""
+        """Call one agent by a task, waited for within the budget; its memory updates if
+        it answered in time, else its rule-based fallback (for ``direct_agent_routing``,
+        with the agent it passes to), or nothing yet when the caller asked for a 202."""
         breaker = self._breakers.breaker_for(agent)
         request = agent_request(
             agent, msg.session, msg.text, intent, secondaries, msg.flags, _new_id()
         )
-        call = await self._agents.call(agent, breaker, request)
+        waited = None
+        if not agent.url:
+            call = CallResult(None, 0, "agent has no url configured", 0)
+        elif breaker.refusing() is not None and kind != "pending_action":
+            # The fallback answers now, as it would have; what it cannot do waits in the
+            # queue, where it becomes a task (kind pending_action) when taken.
+            call = CallResult(None, 0, "circuit open", 0)
+        else:
+            waited = await self._submit(agent, intent, request, msg, kind, routed_by, breaker)
+            call = waited.call
+        task = waited.task if waited else None
+        detached = waited.detached if waited else False
         state = breaker.snapshot().state
         if call.ok and call.response is not None:
             memories = await apply_memory_updates(self._memories, agent, msg.session, call.response)
-            return AgentStep(agent, intent, call, None, memories, state)
+            return AgentStep(agent, intent, call, None, memories, state, task=task)
+        if detached and msg.budget.respond_async:
+            # 202: the task's answer is the answer, applied when it comes; no fallback.
+            return AgentStep(
+                agent, intent, call, None, MemoryUpdateOutcome(), state, task=task, waiting=True
+            )
         routed = None
         if agent.fallback_strategy == "direct_agent_routing":
             # What the keyword rules find, ranked, for the orchestrator that could not route.
@@ -275,7 +366,50 @@ class CoordinationService:
             taken = [intent.intent, *(queued.intent for queued in secondaries)]
             routed = handoff(agent, taken, ranked, msg.agents, self._policy)
         fallback = await self._fallback(agent, intent, routed, msg)
-        return AgentStep(agent, intent, call, fallback, MemoryUpdateOutcome(), state, routed)
+        return AgentStep(
+            agent,
+            intent,
+            call,
+            fallback,
+            MemoryUpdateOutcome(),
+            state,
+            routed,
+            task=task,
+            waiting=detached,
+        )
+
+    async def _submit(
+        self,
+        agent: Agent,
+        intent: DetectedIntent,
+        request: AgentRequest,
+        msg: _Message,
+        kind: str,
+        routed_by: str | None,
+        breaker: AsyncCircuitBreaker,
+    ) -> Waited:
+        """The agent's task, submitted to run here and waited for within what is left of
+        the budget (none while its breaker refuses: the task waits for the breaker)."""
+        turn = TaskTurn(
+            message=msg.text,
+            context_flags=msg.flags,
+            classifier=msg.classifier,
+            intent=decided_intent(intent),
+            routed_by=routed_by,
+            pending_action_id=msg.pending.id if msg.pending and kind == "pending_action" else None,
+        )
+        new = NewTask(
+            agent_name=agent.name,
+            kind=kind,
+            input=task_input(request, turn),
+            session_id=msg.session.session_id,
+            user_id=str(msg.session.user_id),
+            priority=task_priority(intent.score),
+        )
+        budget = 0.0 if breaker.refusing() is not None else msg.remaining()
+        return await self._agent_tasks.run(
+            new, msg.principal.name, request.request_id, budget, agent
+        )
 
     async def _classify(
         self,

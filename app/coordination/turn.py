@@ -14,8 +14,8 @@ from uuid import uuid4
 
 from app.common.jsontypes import JsonValue
 from app.coordination.intents import DetectedIntent
-from app.coordination.pending import NewId, enqueue, settle_claim
-from app.sessions.schemas import SHORT_TEXT_MAX, PendingAction, SessionContent
+from app.coordination.pending import NewId, bind_claim, enqueue, settle_claim, settle_task
+from app.sessions.schemas import SHORT_TEXT_MAX, ExecutionStatus, PendingAction, SessionContent
 from app.sessions.state import append_execution, clip, close_current_execution, evolve
 
 # How much of the reply an agent-sequence step keeps as its summary.
@@ -34,6 +34,9 @@ class TurnStep:
     # The agent this step passed the turn to, or a registered one its answer suggested.
     next_agent: str | None = None
     fallback: str | None = None
+    # The agent's task, when it is still working (the caller stopped waiting): the step
+    # stays ``executing`` until the task ends (apply_task_end).
+    waiting_task: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,10 +51,25 @@ class Turn:
     # the orchestrator whose fallback passed the request on and the agent it passed it to.
     steps: tuple[TurnStep, ...] = ()
     # Work a fallback could not do, for when its agent is back: queued as new work, or,
-    # when the turn processed a queued action, the reason that action waits again.
+    # when the turn processed a queued action, the reason that action failed.
     requeue: PendingAction | None = None
     # The queued action this turn processed (POST .../pending/next), as it was claimed.
     pending: PendingAction | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TaskEnd:
+    """An agent task ended after its turn was answered without it: its agent's answer
+    (``answered``) or its failure, to be written where the turn left its step."""
+
+    task_id: str
+    agent: str
+    answered: bool
+    reply: str
+    output_data: JsonValue = None
+    next_agent: str | None = None
+    # The queued action the task worked on (kind pending_action).
+    pending_action_id: str | None = None
 
 
 def apply_turn(
@@ -77,14 +95,16 @@ def apply_turn(
         sequence = close_current_execution(
             sequence, now=now, outcome="completed", output_summary=None, next_agent=step.agent
         )
+        waiting = step.waiting_task is not None
         sequence = append_execution(
             sequence,
             step.agent,
-            status="completed" if step.answered else "failed",
+            status="executing" if waiting else "completed" if step.answered else "failed",
             start_time=now,
-            completion_time=now,
+            completion_time=None if waiting else now,
             output_summary=clip(step.reply, OUTPUT_SUMMARY_CHARS),
             next_agent=step.next_agent,
+            task_id=step.waiting_task,
         )
         current_agent = step.agent
 
@@ -110,7 +130,14 @@ def _queue(
     """The pending-action queue after the turn: the claimed action settled, the secondary
     intents and the fallback's deferred work added once each, within the queue's bound."""
     if turn.pending is not None:
-        actions = settle_claim(actions, turn.pending, turn.requeue)
+        waiting = next((s.waiting_task for s in turn.steps if s.waiting_task), None)
+        if waiting is not None:
+            actions = bind_claim(actions, turn.pending, waiting)
+        else:
+            failure = None
+            if turn.requeue is not None:
+                failure = turn.requeue.reason or "its agent was unavailable"
+            actions = settle_claim(actions, turn.pending, failure)
     new: list[PendingAction] = [
         PendingAction(
             type=intent.intent,
@@ -126,6 +153,59 @@ def _queue(
     return enqueue(actions, new, new_id)
 
 
+def apply_task_end(base: SessionContent, now: datetime, end: TaskEnd) -> tuple[SessionContent, str]:
+    """The session content once an agent task whose turn did not wait for it ended: its
+    step closed (or, if the sequence no longer holds it, a step added), the agent's output
+    and progress recorded when it answered, its queued action settled; and the reason
+    recorded with the version."""
+    state = base.session_state
+    summary = clip(end.reply, OUTPUT_SUMMARY_CHARS)
+    status: ExecutionStatus = "completed" if end.answered else "failed"
+    sequence = list(base.agent_sequence)
+    index = next((i for i, step in enumerate(sequence) if step.task_id == end.task_id), None)
+    if index is not None:
+        closed = evolve(
+            sequence[index],
+            status=status,
+            completion_time=now,
+            output_summary=summary,
+            next_agent=end.next_agent or sequence[index].next_agent,
+        )
+        sequence[index] = closed
+    else:
+        sequence = append_execution(
+            sequence,
+            end.agent,
+            status=status,
+            start_time=now,
+            completion_time=now,
+            output_summary=summary,
+            next_agent=end.next_agent,
+            task_id=end.task_id,
+        )
+    outputs = state.agent_outputs
+    progress = base.progress_percentage
+    current_agent = base.current_agent
+    if end.answered:
+        outputs = {**outputs, end.agent: end.output_data}
+        progress = _reported_progress(end.output_data, progress)
+        current_agent = end.agent
+    actions = list(state.pending_actions)
+    if end.pending_action_id is not None:
+        failure = None if end.answered else clip(f"task {end.task_id} failed: {end.reply}", 500)
+        actions = settle_task(actions, end.pending_action_id, end.task_id, failure)
+    content = replace(
+        base,
+        session_state=evolve(state, pending_actions=actions, agent_outputs=outputs),
+        agent_sequence=sequence,
+        current_agent=current_agent,
+        progress_percentage=progress,
+        status="active" if base.status == "idle" else base.status,
+    )
+    outcome = "answered" if end.answered else "failed"
+    return content, f"task {end.task_id}: {end.agent} {outcome}"
+
+
 def _reported_progress(output: object, current: int) -> int:
     """The progress an agent reported in its output, if it is a valid percentage."""
     reported = output.get("progress_percentage") if isinstance(output, dict) else None
@@ -138,8 +218,13 @@ def _reason(turn: Turn) -> str:
     if turn.clarification:
         return "message: clarification requested"
     intent = turn.primary.intent if turn.primary else "none"
-    route = " -> ".join(
-        f"{step.agent} ({'agent' if step.answered else f'fallback {step.fallback}'})"
-        for step in turn.steps
-    )
+    route = " -> ".join(f"{step.agent} ({_step_outcome(step)})" for step in turn.steps)
     return f"message: {intent} -> {route or 'nobody'}"
+
+
+def _step_outcome(step: TurnStep) -> str:
+    if step.answered:
+        return "agent"
+    if step.waiting_task is not None and step.fallback is None:
+        return f"task {step.waiting_task}"
+    return f"fallback {step.fallback}"

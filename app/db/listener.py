@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
 from collections.abc import Awaitable, Callable
 
@@ -57,7 +58,11 @@ class Listener:
         """Connect, LISTEN and catch up in the background; a database that is down does not
         stop the caller: the loop keeps trying every ``interval``."""
         self._stopping.clear()
-        self._task = asyncio.create_task(self._keep(), name=f"listen-{self.channel}")
+        # A context of its own: a listener started from a request (the task queue's, on its
+        # first wait) must not run, and reconnect, inside that request's trace for ever.
+        self._task = asyncio.create_task(
+            self._keep(), name=f"listen-{self.channel}", context=contextvars.Context()
+        )
 
     async def stop(self) -> None:
         """Stop listening and close the connection."""

@@ -7,7 +7,7 @@ from uuid import UUID
 
 from app.db.pool import Connection
 from app.db.queries import QUERIES
-from app.events.schemas import DueDelivery, EventDelivery, Subscription
+from app.events.schemas import DueDelivery, EventDelivery, NewEvent, Subscription
 
 Q = QUERIES.events
 
@@ -81,3 +81,9 @@ async def purge_settled_events(conn: Connection, before: datetime, limit: int) -
 async def count_settled_events(conn: Connection, before: datetime) -> int:
     """How many events created before ``before`` have all their deliveries over."""
     return int(await conn.fetchval(Q.count_purgeable_events, before))
+
+
+async def insert_event(conn: Connection, event: NewEvent, now: datetime) -> UUID:
+    """Write one event to the outbox; its id."""
+    event_id: UUID = await conn.fetchval(Q.insert_event, event.event_type, event.payload, now)
+    return event_id

@@ -17,6 +17,8 @@ EVENT_TYPES = (
     "session.archived",
     "session.restored",
     "memory.purged",
+    "task.completed",
+    "task.failed",
     # A durable task failed for good (app/tasks/; written by agent_task_dead_lettered).
     "task.dead_lettered",
 )
@@ -26,8 +28,20 @@ EventType = Literal[
     "session.archived",
     "session.restored",
     "memory.purged",
+    # A message's agent task that the caller stopped waiting for ended: its answer was
+    # applied to the session (completed) or it gave up (failed): app/coordination/completion.py.
+    "task.completed",
+    "task.failed",
     "task.dead_lettered",
 ]
+
+
+@dataclass(frozen=True, slots=True)
+class NewEvent:
+    """An event to write to the outbox with the change it describes."""
+
+    event_type: EventType
+    payload: dict[str, Any]
 
 
 class SubscriptionCreate(BaseModel):

@@ -28,6 +28,7 @@ from app.events import repository as repo
 from app.events.schemas import (
     DueDelivery,
     EventDeliveryPage,
+    NewEvent,
     Subscription,
     SubscriptionCreate,
     SubscriptionWithSecret,
@@ -100,6 +101,12 @@ class EventService:
         if not count:
             raise NotFound(f"No deliveries for event {event_id}.")
         return count
+
+    async def emit(self, event: NewEvent) -> UUID:
+        """Write an event to the outbox on its own; an event that describes a row change
+        is written by the statement making it instead (same transaction)."""
+        async with self._db.transaction() as conn:
+            return await repo.insert_event(conn, event, self._clock.now())
 
     async def purge_settled(self, sweep: Sweep) -> None:
         """Events older than their retention whose deliveries are all over (delivered or

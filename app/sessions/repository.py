@@ -12,6 +12,7 @@ import msgspec
 
 from app.db.pool import Connection
 from app.db.queries import QUERIES
+from app.events.schemas import NewEvent
 from app.sessions.schemas import Session, SessionContent, SessionVersion
 from app.sessions.state import show_mirrors, storage_json
 
@@ -158,11 +159,13 @@ async def update_session_content(
     now: datetime,
     decision: msgspec.Struct | None = None,
     merge: MergeMark | None = None,
+    event: NewEvent | None = None,
 ) -> tuple[Session, UUID | None] | None:
     """Write new content and record it as the next version, if the session is still at
     ``expected_version``; None otherwise. ``decision`` (a record of coordination_decisions
     columns) is logged with the new version; its id comes back with the session. ``merge``
-    marks the version as merged (from which base, which branch)."""
+    marks the version as merged (from which base, which branch). ``event`` goes to the
+    outbox with it (its payload given the version and the decision id)."""
     state, sequence, metadata = storage_json(content)
     row = await conn.fetchrow(
         Q.update_session_content,
@@ -184,6 +187,8 @@ async def update_session_content(
         None if merge is None else merge.base,
         None if merge is None else merge.branch,
         None if merge is None else merge.branch_version,
+        None if event is None else event.event_type,
+        None if event is None else event.payload,
     )
     return None if row is None else (_session(row), row["decision_id"])
 

@@ -58,8 +58,9 @@ class PendingAction(BaseModel):
     Clients and the coordinator write the same shape. The coordinator also sets ``id``
     (names the action while it is worked on; given to every action it queues or claims),
     ``attempts`` (how often it tried the action), ``reason`` (why it was queued, or why it
-    gave up), ``claimed_at`` with the status ``in_progress`` (an agent is working on it)
-    and the status ``failed`` (it stopped trying); clients may set them too.
+    gave up), ``claimed_at`` with the status ``in_progress`` (an agent is working on it),
+    ``task_id`` (the agent task working on it, once its caller stopped waiting) and the
+    status ``failed`` (it stopped trying); clients may set them too.
     """
 
     model_config = ConfigDict(extra="allow", frozen=True)
@@ -73,6 +74,10 @@ class PendingAction(BaseModel):
     attempts: int = Field(default=0, ge=0)
     reason: ShortText | None = None
     claimed_at: DateTime | None = None
+    # The agent task working on the action (app/coordination/completion.py settles it).
+    task_id: Annotated[str, StringConstraints(min_length=1, max_length=100)] | None = Field(
+        default=None, exclude_if=lambda value: value is None
+    )
 
 
 class UserPreferences(BaseModel):
@@ -132,6 +137,11 @@ class AgentExecution(BaseModel):
     completion_time: datetime | None = None
     output_summary: ShortText | None = None
     next_agent: AgentRef | None = None
+    # The agent task of an execution still running after its turn was answered (the
+    # caller stopped waiting): it is closed when the task ends, not by the next turn.
+    task_id: Annotated[str, StringConstraints(min_length=1, max_length=100)] | None = Field(
+        default=None, exclude_if=lambda value: value is None
+    )
 
 
 class SessionEditable(BaseModel):

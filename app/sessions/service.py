@@ -30,6 +30,7 @@ from app.errors import (
     ValidationFailed,
     VersionConflict,
 )
+from app.events.schemas import NewEvent
 from app.sessions import repository as repo
 from app.sessions.schemas import (
     CLOSED_STATUSES,
@@ -340,17 +341,18 @@ class SessionService:
         *,
         read: Session | None = None,
         decision: msgspec.Struct | None = None,
+        event: NewEvent | None = None,
     ) -> tuple[Session, UUID | None]:
         """A server-side change (the coordinator's): applied to whatever version is current,
         versioned like any other write. ``read`` is the session as the caller last read it,
         tried first as the base; ``decision`` is logged with the new version (its id is
-        returned with the session)."""
+        returned with the session), and ``event`` is written to the outbox with it."""
 
         def guarded(current: Session, now: datetime) -> tuple[SessionContent, str]:
             require_open(current)
             return mutate(current, now)
 
-        return await self._write(session_id, None, actor, guarded, read, decision)
+        return await self._write(session_id, None, actor, guarded, read, decision, event=event)
 
     # -- helpers -----------------------------------------------------------------------
 
@@ -384,6 +386,7 @@ class SessionService:
         decision: msgspec.Struct | None,
         *,
         merge: bool = False,
+        event: NewEvent | None = None,
     ) -> tuple[Session, UUID | None]:
         """Check the base version, apply ``mutate``, bump and record the version.
 
@@ -400,7 +403,16 @@ class SessionService:
                 current = _found(session_id, read)
                 content, reason, mark = await self._change(conn, current, bases, mutate, now, merge)
                 written = await repo.update_session_content(
-                    conn, session_id, current.version, content, actor, reason, now, decision, mark
+                    conn,
+                    session_id,
+                    current.version,
+                    content,
+                    actor,
+                    reason,
+                    now,
+                    decision,
+                    mark,
+                    event,
                 )
             if written is not None:
                 return written
@@ -409,7 +421,16 @@ class SessionService:
             current = _found(session_id, await repo.lock_session(conn, session_id))
             content, reason, mark = await self._change(conn, current, bases, mutate, now, merge)
             written = await repo.update_session_content(
-                conn, session_id, current.version, content, actor, reason, now, decision, mark
+                conn,
+                session_id,
+                current.version,
+                content,
+                actor,
+                reason,
+                now,
+                decision,
+                mark,
+                event,
             )
             if written is None:  # cannot happen while we hold the row lock
                 raise VersionConflict(f"Session {session_id} changed underneath this write.")

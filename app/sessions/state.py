@@ -194,11 +194,12 @@ def close_current_execution(
     output_summary: str | None,
     next_agent: str | None,
 ) -> list[AgentExecution]:
-    """Mark the newest still-running execution finished (a new list; the input is untouched)."""
+    """Mark the newest still-running execution finished (a new list; the input is untouched).
+    An execution of an agent task is not: its task closes it when it ends."""
     updated = list(sequence)
     for index in range(len(updated) - 1, -1, -1):
         step = updated[index]
-        if step.status in ("executing", "pending"):
+        if step.status in ("executing", "pending") and step.task_id is None:
             changes: dict[str, Any] = {"status": outcome, "completion_time": now}
             if output_summary is not None:
                 changes["output_summary"] = output_summary
@@ -218,6 +219,7 @@ def append_execution(
     completion_time: datetime | None = None,
     output_summary: str | None = None,
     next_agent: str | None = None,
+    task_id: str | None = None,
 ) -> list[AgentExecution]:
     """``sequence`` with a step for ``agent_name`` appended, numbered after every step
     before it (a new list; the input is untouched)."""
@@ -229,6 +231,7 @@ def append_execution(
         completion_time=completion_time,
         output_summary=output_summary,
         next_agent=next_agent,
+        task_id=task_id,
     )
     return [*sequence, step]
 

@@ -15,6 +15,7 @@ from litestar.params import JSONBody
 from app.auth.guards import integration_key
 from app.auth.principal import Principal
 from app.clock import Clock
+from app.coordination.prefer import parse_prefer
 from app.errors import PROBLEM_JSON
 from app.settings import WebhookSettings
 from app.webhooks.idempotency import IdempotencyService, Seal
@@ -80,7 +81,9 @@ class N8nWebhookController(Controller):
         idempotency: Idempotency,
     ) -> Response[dict[str, Any]]:
         """Continues (or starts) the user's session, runs the coordinator, and answers with
-        one flat object: session_id, response, agent, degraded, pending_actions, progress."""
+        one flat object: session_id, response, agent, degraded, pending_actions, progress,
+        task_id. Waits for the agent up to the wait budget (``Prefer: wait=N`` honoured;
+        respond-async is not: the answer is always this object)."""
         return await _respond(
             request,
             idempotency,
@@ -94,6 +97,7 @@ class N8nWebhookController(Controller):
                 text=data.text,
                 channel=data.channel,
                 context_flags=data.context_flags,
+                prefer=parse_prefer(request.headers.getall("prefer", [])),
             ),
         )
 

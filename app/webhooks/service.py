@@ -11,7 +11,8 @@ import msgspec
 
 from app.auth.principal import Principal
 from app.clock import Clock
-from app.coordination.schemas import MessageRequest
+from app.coordination.prefer import WaitPreference
+from app.coordination.schemas import MessageRequest, MessageResult
 from app.coordination.service import CoordinationService
 from app.db.pool import Connection, Database
 from app.errors import CleanupFailed, Forbidden, NotFound, ValidationFailed
@@ -80,8 +81,11 @@ class WebhookService:
         text: str,
         channel: str | None,
         context_flags: list[str],
+        prefer: WaitPreference | None = None,
     ) -> dict[str, Any]:
-        """Continue (or start) the user's session and coordinate the message."""
+        """Continue (or start) the user's session and coordinate the message, waiting for
+        its agent as ``prefer`` asks (its wait only: n8n's answer is always synchronous, a
+        respond-async is ignored)."""
         created = False
         if session_id is not None:
             session = await self._sessions.get_session(session_id)
@@ -104,9 +108,15 @@ class WebhookService:
                     principal.name,
                 )
                 created = True
+        wait = WaitPreference(wait_seconds=prefer.wait_seconds if prefer else None)
         result = await self._coordinator.handle_message(
-            session.session_id, MessageRequest(text=text, context_flags=context_flags), principal
+            session.session_id,
+            MessageRequest(text=text, context_flags=context_flags),
+            principal,
+            self._coordinator.budget(wait),
         )
+        if not isinstance(result, MessageResult):  # no respond-async was asked for
+            raise RuntimeError("The coordinator accepted a message it was to answer.")
         return {
             "session_id": str(result.session_id),
             "session_created": created,
@@ -120,6 +130,10 @@ class WebhookService:
             "pending_actions": result.pending_actions,
             "progress": result.progress_percentage,
             "decision_id": str(result.decision_id),
+            # The agent's task; when degraded, it still works and its answer reaches the
+            # session (and subscribers of task.completed) later.
+            "task_id": str(result.task_id) if result.task_id else None,
+            "task_url": result.task_url,
         }
 
     async def memory(

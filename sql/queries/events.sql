@@ -74,3 +74,9 @@ RETURNING event_id
 
 -- name: count_purgeable_events
 SELECT count(*) FROM outbox_events_settled($1)
+
+-- name: insert_event
+-- An event whose change has no statement of its own to ride with (a task that ended for a
+-- session that no longer takes changes). $1 type, $2 payload, $3 now.
+INSERT INTO outbox_events (event_type, payload, created_at) VALUES ($1, $2, $3)
+RETURNING event_id

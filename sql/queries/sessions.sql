@@ -51,6 +51,9 @@ SELECT * FROM session_coordination WHERE session_id = $1 FOR UPDATE
 -- and created_at are the version written here.
 -- $16 merge base, $17 merged branch, $18 merged branch version: NULL unless the write was
 -- merged (an auto-merged write, a branch merge).
+-- $19 an event type and $20 its payload, or NULL: the event (a task's end,
+-- app/coordination/completion.py) is written with the version it describes, its payload
+-- given the session_version and decision_id written here.
 WITH updated AS (
     UPDATE session_coordination
     SET session_state = $3,
@@ -74,15 +77,24 @@ WITH updated AS (
     INSERT INTO coordination_decisions (
         session_id, session_version, message, context_flags, classifier, intents,
         primary_intent, chosen_agent, routed_by, breaker_state, outcome, fallback, degraded,
-        attempts, error, response, execution_time_ms, created_by, created_at, trace_id
+        attempts, error, response, execution_time_ms, created_by, created_at, trace_id,
+        task_id
     )
     SELECT u.session_id, u.version, d.message, d.context_flags, d.classifier, d.intents,
            d.primary_intent, d.chosen_agent, d.routed_by, d.breaker_state, d.outcome,
            d.fallback, d.degraded, d.attempts, d.error, d.response, d.execution_time_ms,
-           d.created_by, u.updated_at, d.trace_id
+           d.created_by, u.updated_at, d.trace_id, d.task_id
     FROM updated u, jsonb_populate_record(NULL::coordination_decisions, $15::jsonb) d
     WHERE $15::jsonb IS NOT NULL
     RETURNING decision_id
+), told AS (
+    INSERT INTO outbox_events (event_type, payload, created_at)
+    SELECT $19::text,
+           $20::jsonb || jsonb_build_object('session_version', u.version,
+                                            'decision_id', (SELECT decision_id FROM decided)),
+           u.updated_at
+    FROM updated u
+    WHERE $19::text IS NOT NULL
 )
 SELECT updated.*, (SELECT decision_id FROM decided) AS decision_id FROM updated
 

@@ -169,11 +169,12 @@ async def test_secondary_intents_are_queued_and_processed_in_order(
             break
         assert response.status_code == 200, response.text
         processed.append(response.json()["intents"][0]["intent"])
-    # highest score first; the change is retried while its agent stays away, then failed
-    assert processed == ["urgent_changes"] * 3 + ["request_plan", "ask_question"]
+    # highest score first; the change its agent (no url) could not do fails at once: the
+    # retries of a queued action are its task's, and an agent without a url gets none
+    assert processed == ["urgent_changes", "request_plan", "ask_question"]
     final = (await client.get(f"/v1/sessions/{sid}")).json()["session_state"]["pending_actions"]
     assert [(a["type"], a["status"], a["attempts"]) for a in final] == [
-        ("urgent_changes", "failed", 3)
+        ("urgent_changes", "failed", 1)
     ]
 
 
@@ -368,20 +369,31 @@ async def test_half_open_probe_then_recovery(client: httpx.AsyncClient, agent: A
     ] == "closed"
 
 
-async def test_retries_recover_from_a_transient_failure(
+async def test_a_transient_failure_gets_the_fallback_now_and_the_task_retries(
     client: httpx.AsyncClient, agent: AgentServer
 ) -> None:
+    """The retries are the task's (backoff of seconds, app/tasks): the caller is answered
+    by the fallback as soon as the first attempt failed, with the task that retries
+    (its late answer: tests/integration/test_coordination_tasks.py)."""
     await configure(client, "Educate_Customer_Agent", url=agent.url, retry_attempts=2, fail_max=5)
     agent.behaviour = "close"  # the first attempt loses its connection
     session = await create_session(client)
 
-    agent.heal_after = 1  # the second attempt is answered
+    agent.heal_after = 1  # the second attempt would be answered
+    started = time.monotonic()
     result = await send(client, session["session_id"], "explain budgets")
-    assert result["degraded"] is False
+    assert time.monotonic() - started < 2.0
+    assert result["degraded"] is True
+    assert len(agent.requests) == 1  # one HTTP attempt: no in-call retry
     decision = (await client.get(f"/v1/sessions/{session['session_id']}/decisions")).json()[
         "items"
     ][0]
-    assert decision["attempts"] >= 2
+    assert decision["attempts"] == 1
+    assert decision["task_id"] == result["task_id"]
+    task = (await client.get(f"/v1/tasks/{result['task_id']}")).json()
+    task = task.get("task", task)
+    assert (task["status"], task["attempt"], task["detached"]) == ("working", 1, True)
+    assert task["last_error"].startswith("transport error")
 
 
 @pytest.mark.parametrize("behaviour", ["hang", "garbage", "close", "fail"])

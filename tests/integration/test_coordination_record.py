@@ -24,6 +24,9 @@ PINS = Path(__file__).parent / "pins"
 UUID_RE = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 TIME_RE = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:\d\d)$")
 TRACE_ID_RE = re.compile(r"^[0-9a-f]{32}$")
+TASK_URL_RE = re.compile(
+    r"^/v1/tasks/[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"
+)
 # The order of a decision's fields as the API lists them.
 DECISION_FIELDS = [
     "decision_id",
@@ -47,6 +50,7 @@ DECISION_FIELDS = [
     "created_by",
     "created_at",
     "trace_id",
+    "task_id",
 ]
 
 
@@ -91,6 +95,8 @@ def stable(value: Any, *volatile: str) -> Any:
         return "<time>"
     if isinstance(value, str) and TRACE_ID_RE.match(value):
         return "<trace-id>"
+    if isinstance(value, str) and TASK_URL_RE.match(value):
+        return "/v1/tasks/<uuid>"
     return value
 
 

@@ -14,7 +14,6 @@ import asyncpg
 import httpx
 import pytest
 
-from app.coordination.pending import MAX_PENDING_ATTEMPTS
 from app.settings import CoordinationSettings, DatabaseSettings, Settings
 from tests.agent_server import AgentServer
 from tests.conftest import LOOPBACK_ALLOWED
@@ -76,6 +75,14 @@ async def agent(client: httpx.AsyncClient) -> AsyncIterator[AgentServer]:
     await server.stop()
 
 
+def refuse(agent: AgentServer) -> None:
+    """The agent turns the work down for good (not retryable): its task fails within the
+    message and the fallback queues the change (a task still retrying would be the
+    queued work itself, app/coordination/tasks.py)."""
+    agent.behaviour = "ok"
+    agent.reply = {"success": False, "error_details": {"message": "away", "retryable": False}}
+
+
 async def assert_patchable(client: httpx.AsyncClient, session_id: str, progress: int) -> None:
     """The smallest client write there is: it must never be refused for what the server
     wrote."""
@@ -91,19 +98,19 @@ async def assert_patchable(client: httpx.AsyncClient, session_id: str, progress:
 async def test_an_action_the_coordinator_gives_up_on_leaves_the_session_writable(
     client: httpx.AsyncClient, agent: AgentServer
 ) -> None:
-    agent.behaviour = "fail"
+    refuse(agent)
     session = await create_session(client)
     sid = session["session_id"]
     first = await client.post(f"/v1/sessions/{sid}/messages", json={"text": PHRASES[0]})
     assert first.status_code == 200, first.text
     assert first.json()["fallback"] == "change_confirmation_without_analysis"
-    for _ in range(MAX_PENDING_ATTEMPTS):
-        retried = await client.post(f"/v1/sessions/{sid}/pending/next")
-        assert retried.status_code == 200, retried.text
+    retried = await client.post(f"/v1/sessions/{sid}/pending/next")
+    assert retried.status_code == 200, retried.text
+    # The action's task failed for good (its retries are the task's): failed at once.
     (action,) = retried.json()["pending_actions"]
     assert action["status"] == "failed"
-    assert action["attempts"] == MAX_PENDING_ATTEMPTS
-    assert action["reason"].startswith(f"gave up after {MAX_PENDING_ATTEMPTS} attempts")
+    assert action["attempts"] == 1
+    assert action["reason"]
     assert (await client.post(f"/v1/sessions/{sid}/pending/next")).status_code == 409
     await assert_patchable(client, sid, 20)
 
@@ -144,7 +151,7 @@ async def test_two_callers_never_run_the_same_queued_action(
 ) -> None:
     session = await create_session(client)
     sid = session["session_id"]
-    agent.behaviour = "fail"  # Add_Changes_Agent is away: the change is queued
+    refuse(agent)  # Add_Changes_Agent turns it down: the change is queued
     queued = await client.post(f"/v1/sessions/{sid}/messages", json={"text": PHRASES[0]})
     assert [a["status"] for a in queued.json()["pending_actions"]] == ["pending"]
     agent.behaviour = "ok"
@@ -174,7 +181,7 @@ async def test_a_client_cancelling_a_queued_action_while_it_runs_keeps_the_cance
 ) -> None:
     session = await create_session(client)
     sid = session["session_id"]
-    agent.behaviour = "fail"
+    refuse(agent)
     await client.post(f"/v1/sessions/{sid}/messages", json={"text": PHRASES[0]})
 
     async def cancel() -> None:

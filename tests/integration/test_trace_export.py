@@ -116,15 +116,18 @@ async def test_a_message_is_one_exported_trace_with_its_queries_and_agent_call(
     # Leaving the lifespan shut the tracer down, which exported what was buffered.
     assert collector.services == {"switchboard-test"}
     message = [s for s in collector.spans if s["trace_id"] == PARENT_TRACE]
-    (server,) = [s for s in message if s["scope"] == "switchboard"]
+    (server,) = [s for s in message if s["scope"] == "switchboard" and s["parent"] == PARENT_SPAN]
     assert server["name"] == "POST /v1/sessions/{session_id}/messages"
     assert server["parent"] == PARENT_SPAN
     assert server["attributes"]["http.route"] == "/v1/sessions/{session_id}/messages"
     assert server["attributes"]["http.response.status_code"] == 200
     assert server["attributes"]["url.path"] == f"/v1/sessions/{session['session_id']}/messages"
-    # The agent call: a client span, child of the request's, and what the agent was sent.
+    # The agent call: its task's attempt runs in a span of the request's trace (the task
+    # keeps the request's traceparent: app/tasks), and the call is a client span in it.
+    (attempt,) = [s for s in message if s["name"] == "task message"]
+    assert (attempt["scope"], attempt["parent"]) == ("switchboard", server["span_id"])
     (call,) = [s for s in message if s["scope"] == "opentelemetry.instrumentation.httpx"]
-    assert call["parent"] == server["span_id"]
+    assert call["parent"] == attempt["span_id"]
     assert agent.headers[-1]["traceparent"] == f"00-{PARENT_TRACE}-{call['span_id']}-01"
     # The queries the request sent, each a client span in its trace (SQL, no parameters).
     queries = [s for s in message if s["scope"] == "opentelemetry.instrumentation.asyncpg"]

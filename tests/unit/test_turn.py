@@ -16,9 +16,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from app.coordination.intents import DetectedIntent
-from app.coordination.pending import MAX_PENDING_ATTEMPTS, claim_next
+from app.coordination.pending import claim_next
 from app.coordination.schemas import AgentResponse
-from app.coordination.turn import Turn, TurnStep, apply_turn
+from app.coordination.turn import TaskEnd, Turn, TurnStep, apply_task_end, apply_turn
 from app.sessions.schemas import (
     MAX_PENDING_ACTIONS,
     CoordinationMetadata,
@@ -39,6 +39,8 @@ from app.sessions.state import (
 )
 
 NOW = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
+# Past any claim timeout.
+LATER = timedelta(days=1)
 AGENTS = ["Make_Plan_Agent", "Add_Changes_Agent", "Educate_Customer_Agent"]
 
 names = st.from_regex(r"[a-z][a-z0-9_]{0,20}", fullmatch=True)
@@ -94,7 +96,7 @@ actions = st.builds(
     description=st.none() | st.text(max_size=200),
     priority_score=st.integers(0, 100),
     status=st.sampled_from(["pending", "in_progress", "done", "cancelled", "failed"]),
-    attempts=st.integers(0, MAX_PENDING_ATTEMPTS),
+    attempts=st.integers(0, 5),
 )
 
 
@@ -241,35 +243,122 @@ def claim(content: SessionContent) -> tuple[SessionContent, PendingAction]:
     return replace(content, session_state=SessionState(pending_actions=queue)), claimed
 
 
-def test_an_action_whose_agent_stays_away_fails_after_the_last_attempt() -> None:
-    """The bricking case: the coordinator's "failed" is a status the model declares."""
+def test_an_action_whose_agent_could_not_do_it_fails_at_once() -> None:
+    """The bricking case: the coordinator's "failed" is a status the model declares. The
+    retries were the action's task's (app/tasks): its turn does not queue it again."""
     content = content_with([action(0)])
-    for attempt in range(1, MAX_PENDING_ATTEMPTS + 1):
-        content, current = claim(content)
-        turn = Turn(
-            primary=None,
-            secondaries=(),
-            clarification=False,
-            reply="recorded",
-            steps=(
-                TurnStep(
-                    agent="Add_Changes_Agent",
-                    answered=False,
-                    reply="recorded",
-                    fallback="change_confirmation_without_analysis",
-                ),
+    content, current = claim(content)
+    turn = Turn(
+        primary=None,
+        secondaries=(),
+        clarification=False,
+        reply="recorded",
+        steps=(
+            TurnStep(
+                agent="Add_Changes_Agent",
+                answered=False,
+                reply="recorded",
+                fallback="change_confirmation_without_analysis",
             ),
-            requeue=PendingAction(
-                type="urgent_changes", reason="Add_Changes_Agent was unavailable"
-            ),
-            pending=current,
-        )
-        content, _ = apply_turn(content, NOW, turn)
-        (kept,) = content.session_state.pending_actions
-        assert kept.attempts == attempt
-        assert kept.claimed_at is None
-    assert kept.status == "failed"
-    assert kept.reason == "gave up after 3 attempts: Add_Changes_Agent was unavailable"
+        ),
+        requeue=PendingAction(type="urgent_changes", reason="Add_Changes_Agent was unavailable"),
+        pending=current,
+    )
+    content, _ = apply_turn(content, NOW, turn)
+    (kept,) = content.session_state.pending_actions
+    assert (kept.status, kept.attempts, kept.claimed_at) == ("failed", 1, None)
+    assert kept.reason == "Add_Changes_Agent was unavailable"
+    assert_a_client_patch_is_accepted(content)
+
+
+def test_an_action_whose_task_still_works_is_bound_to_it_and_settled_when_it_ends() -> None:
+    content = content_with([action(0)])
+    content, current = claim(content)
+    waiting = TurnStep(
+        agent="Add_Changes_Agent",
+        answered=False,
+        reply="recorded",
+        fallback="change_confirmation_without_analysis",
+        waiting_task="task-1",
+    )
+    turn = Turn(
+        primary=None,
+        secondaries=(),
+        clarification=False,
+        reply="recorded",
+        steps=(waiting,),
+        pending=current,
+    )
+    content, reason = apply_turn(content, NOW, turn)
+    assert reason.endswith("Add_Changes_Agent (fallback change_confirmation_without_analysis)")
+    (bound,) = content.session_state.pending_actions
+    assert (bound.status, bound.task_id) == ("in_progress", "task-1")
+    step = content.agent_sequence[-1]
+    assert (step.status, step.task_id, step.completion_time) == ("executing", "task-1", None)
+    # Bound to its task: a claim timeout does not hand it to another caller.
+    assert claim_next(content.session_state.pending_actions, NOW, NOW + LATER, ids()) is None
+    assert_a_client_patch_is_accepted(content)
+
+    # A later turn closes its own step, not the task's.
+    later = Turn(
+        primary=None,
+        secondaries=(),
+        clarification=False,
+        reply="hi",
+        steps=(TurnStep(agent="Make_Plan_Agent", answered=True, reply="hi"),),
+    )
+    content, _ = apply_turn(content, NOW, later)
+    assert [s.status for s in content.agent_sequence[-2:]] == ["executing", "completed"]
+
+    end = TaskEnd(
+        task_id="task-1",
+        agent="Add_Changes_Agent",
+        answered=True,
+        reply="Changed",
+        output_data={"response": "Changed", "progress_percentage": 70},
+        pending_action_id=current.id,
+    )
+    content, reason = apply_task_end(content, NOW, end)
+    assert reason == "task task-1: Add_Changes_Agent answered"
+    assert content.session_state.pending_actions == []
+    closed = next(s for s in content.agent_sequence if s.task_id == "task-1")
+    assert (closed.status, closed.output_summary, closed.completion_time) == (
+        "completed",
+        "Changed",
+        NOW,
+    )
+    assert content.session_state.agent_outputs["Add_Changes_Agent"] == end.output_data
+    assert (content.current_agent, content.progress_percentage) == ("Add_Changes_Agent", 70)
+    assert_a_client_patch_is_accepted(content)
+
+
+def test_a_failed_task_fails_its_action_and_its_step() -> None:
+    content = content_with([action(0)])
+    content, current = claim(content)
+    actions = content.session_state.pending_actions
+    bound = [a.model_copy(update={"task_id": "task-2"}) for a in actions]
+    content = replace(content, session_state=SessionState(pending_actions=bound))
+    end = TaskEnd(
+        task_id="task-2",
+        agent="Add_Changes_Agent",
+        answered=False,
+        reply="agent answered HTTP 500",
+        pending_action_id=current.id,
+    )
+    content, reason = apply_task_end(content, NOW, end)
+    assert reason == "task task-2: Add_Changes_Agent failed"
+    (failed,) = content.session_state.pending_actions
+    assert (failed.status, failed.reason) == (
+        "failed",
+        "task task-2 failed: agent answered HTTP 500",
+    )
+    # Its step was trimmed away (or never written): one is added, closed.
+    step = content.agent_sequence[-1]
+    assert (step.status, step.task_id) == ("failed", "task-2")
+    # Another task's end leaves the action alone.
+    other = replace(end, task_id="task-3")
+    unchanged, _ = apply_task_end(content, NOW, other)
+    assert unchanged.session_state.pending_actions == content.session_state.pending_actions
     assert_a_client_patch_is_accepted(content)
 
 

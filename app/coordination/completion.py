@@ -1,0 +1,215 @@
+"""A coordinator task that ended after its caller stopped waiting (detached): its answer
+applied to the session, and the user told.
+
+The seed's "partial response compilation and user notification": the fallback answered
+at once (degraded, with the task id) or the caller got a 202; when the agent's answer
+arrives it becomes a new version of the session (its step closed, its output and progress
+recorded, its memory updates applied, its queued action settled) with a decision naming
+the task, and the event ``task.completed`` goes to subscribers, written by the same
+statement as the version. A task that failed for good closes its step as failed and emits
+``task.failed`` (the task queue's dead letter has already escalated the session). A task
+whose caller got its answer in time (not detached) is the turn's, and nothing happens here.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+from typing import Any
+
+from app.agents import repository as agents_repo
+from app.clock import Clock
+from app.coordination.answers import RepairKind
+from app.coordination.breakers import BreakerRegistry
+from app.coordination.memory_updates import apply_memory_updates
+from app.coordination.outcome import response_text
+from app.coordination.schemas import (
+    AgentResponse,
+    DecisionRecord,
+    DecisionResponse,
+    MemoryUpdateOutcome,
+)
+from app.coordination.tasks import TaskInput, answer_of, read_input, task_url
+from app.coordination.turn import TaskEnd, apply_task_end
+from app.db.pool import Database
+from app.errors import Conflict, NotFound
+from app.events.schemas import NewEvent
+from app.events.service import EventService
+from app.memories.service import MemoryService
+from app.sessions.schemas import Session, SessionContent
+from app.sessions.service import SessionService
+from app.sessions.state import content_of
+from app.tasks.schemas import Task
+
+logger = logging.getLogger("switchboard.coordination")
+
+# How much of an answer an event carries: the session holds all of it.
+EVENT_TEXT_CHARS = 2000
+
+
+class TaskCompletion:
+    """The on_finished hook of the coordinator's task kinds."""
+
+    def __init__(
+        self,
+        database: Database,
+        clock: Clock,
+        sessions: SessionService,
+        memories: MemoryService,
+        breakers: BreakerRegistry,
+        events: EventService,
+    ) -> None:
+        self._db = database
+        self._clock = clock
+        self._sessions = sessions
+        self._memories = memories
+        self._breakers = breakers
+        self._events = events
+
+    async def finished(self, task: Task) -> None:
+        """Apply a detached task's end to its session and tell subscribers."""
+        if not task.detached or task.session_id is None:
+            return
+        data = read_input(task)
+        answered = answer_of(task)
+        if answered is not None:
+            await self._answered(task, data, *answered)
+        elif task.status in ("failed", "canceled", "rejected"):
+            await self._failed(task, data)
+
+    async def _answered(
+        self,
+        task: Task,
+        data: TaskInput,
+        response: AgentResponse,
+        repaired_from: RepairKind | None,
+    ) -> None:
+        assert task.session_id is not None
+        reply = response_text(response.output_data)
+        event = NewEvent("task.completed", _payload(task, reply=_clip(reply)))
+        try:
+            session = await self._sessions.get_session(task.session_id)
+        except NotFound:
+            return  # the session (and so its task) is gone: nobody to tell
+        memories = MemoryUpdateOutcome()
+        async with self._db.connection() as conn:
+            agent = await agents_repo.get_agent_by_name(conn, task.agent_name)
+        if agent is not None:
+            memories = await apply_memory_updates(self._memories, agent, session, response)
+        breaker = self._breakers.peek(task.agent_name)
+        end = TaskEnd(
+            task_id=str(task.task_id),
+            agent=task.agent_name,
+            answered=True,
+            reply=reply,
+            output_data=response.output_data,
+            next_agent=next(iter(response.next_agent_suggestions), None),
+            pending_action_id=data.turn.pending_action_id,
+        )
+        turn = data.turn
+        decision = DecisionRecord(
+            session_id=task.session_id,
+            message=turn.message,
+            context_flags=turn.context_flags,
+            classifier=turn.classifier,
+            intents=[turn.intent],
+            primary_intent=turn.intent.intent,
+            chosen_agent=task.agent_name,
+            routed_by=turn.routed_by,
+            breaker_state=breaker.state if breaker else "closed",
+            outcome="agent",
+            fallback=None,
+            degraded=False,
+            attempts=task.attempt,
+            error=None,
+            response=DecisionResponse(
+                text=reply,
+                output_data=response.output_data,
+                next_agent_suggestions=response.next_agent_suggestions,
+                repaired=repaired_from is not None,
+                repaired_from=repaired_from,
+            ),
+            execution_time_ms=_ms_between(task.created_at, task.finished_at),
+            created_by=task.created_by,
+            trace_id=task.trace_id,
+            task_id=task.task_id,
+        )
+        if memories.rejected:
+            logger.warning(
+                "task %s: %d memory updates rejected", task.task_id, len(memories.rejected)
+            )
+        await self._apply(task, session, end, event, decision)
+
+    async def _failed(self, task: Task, data: TaskInput) -> None:
+        assert task.session_id is not None
+        error = task.last_error or f"task {task.status}"
+        event = NewEvent("task.failed", _payload(task, error=_clip(error)))
+        try:
+            session = await self._sessions.get_session(task.session_id)
+        except NotFound:
+            return
+        end = TaskEnd(
+            task_id=str(task.task_id),
+            agent=task.agent_name,
+            answered=False,
+            reply=error,
+            pending_action_id=data.turn.pending_action_id,
+        )
+        # A canceled task is someone's decision, not news for subscribers.
+        await self._apply(task, session, end, event if task.status == "failed" else None, None)
+
+    async def _apply(
+        self,
+        task: Task,
+        session: Session,
+        end: TaskEnd,
+        event: NewEvent | None,
+        decision: DecisionRecord | None,
+    ) -> None:
+        """The new version (with its decision and event), or, for a session that takes no
+        changes any more, the event alone (``applied: false``)."""
+
+        def mutate(current: Session, now: datetime) -> tuple[SessionContent, str]:
+            return apply_task_end(content_of(current), now, end)
+
+        try:
+            await self._sessions.apply_change(
+                session.session_id,
+                task.created_by,
+                mutate,
+                read=session,
+                decision=decision,
+                event=event,
+            )
+        except (Conflict, NotFound) as refused:
+            logger.info("task %s: not applied to its session: %s", task.task_id, refused)
+            if event is not None:
+                payload = {**event.payload, "applied": False}
+                await self._events.emit(NewEvent(event.event_type, payload))
+
+
+def _payload(task: Task, **extra: Any) -> dict[str, Any]:
+    """What a task.completed / task.failed event says (the statement that writes it adds
+    the session_version and decision_id)."""
+    return {
+        "task_id": str(task.task_id),
+        "task_url": task_url(task.task_id),
+        "session_id": str(task.session_id),
+        "user_id": task.user_id,
+        "agent": task.agent_name,
+        "kind": task.kind,
+        "status": task.status,
+        "attempts": task.attempt,
+        "applied": True,
+        **extra,
+    }
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= EVENT_TEXT_CHARS else text[: EVENT_TEXT_CHARS - 1] + "\u2026"
+
+
+def _ms_between(start: datetime, end: datetime | None) -> int:
+    if end is None:
+        return 0
+    return max(0, int((end - start).total_seconds() * 1000))

@@ -1,0 +1,558 @@
+"""The coordinator on durable tasks, with real agents on 127.0.0.1: the wait budget
+(Prefer: wait=N, respond-async), the degraded answer with its task, the late answer applied
+to the session, and the task.completed / task.failed events a real subscriber receives."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+from litestar import Litestar
+
+from app.asgi import create_app
+from app.clock import SystemClock
+from app.db.pool import Database
+from app.events.service import EventService
+from app.events.signing import SIGNATURE_HEADER, TIMESTAMP_HEADER, sign
+from app.outbound.policy import OutboundPolicy
+from app.outbound.transport import outbound_client
+from app.settings import (
+    CoordinationSettings,
+    DatabaseSettings,
+    SchedulerSettings,
+    Settings,
+    TaskSettings,
+)
+from tests.agent_server import AgentServer
+from tests.conftest import ADMIN_KEY, LOOPBACK_ALLOWED
+from tests.integration.helpers import assert_problem, create_session
+
+SECRET = "s" * 32
+PLAN = "Please make a plan for my savings"
+PLAN_AGENT = "Make_Plan_Agent"
+
+
+@pytest.fixture
+def settings() -> Settings:
+    return Settings(
+        database=DatabaseSettings(pool_min_size=1, pool_max_size=5),
+        coordination=CoordinationSettings(breaker_sync_seconds=0.2, rules_cache_seconds=0),
+        # Retries in tens of milliseconds: a dead agent is dead-lettered within the test.
+        tasks=TaskSettings(
+            max_retries=2, retry_base_seconds=0.05, retry_cap_seconds=0.1, poll_interval=0.2
+        ),
+        outbound=LOOPBACK_ALLOWED,
+    )
+
+
+@pytest.fixture
+def app(settings: Settings, database_url: str) -> Litestar:
+    """The application with its task worker running (retries are claimed by it)."""
+    return create_app(
+        settings,
+        database_url=database_url,
+        admin_key=ADMIN_KEY,
+        run_scheduler=False,
+        run_worker=True,
+    )
+
+
+@pytest.fixture
+async def agent() -> AsyncIterator[AgentServer]:
+    server = await AgentServer().start()
+    server.reply = {
+        "success": True,
+        "output_data": {"response": "Here is your plan", "progress_percentage": 40},
+        "memory_updates": [{"memory_type": "planning", "content": {"plan": "v1"}}],
+    }
+    yield server
+    await server.stop()
+
+
+@pytest.fixture
+async def subscriber() -> AsyncIterator[AgentServer]:
+    """A real HTTP endpoint receiving the signed events."""
+    server = await AgentServer().start()
+    yield server
+    await server.stop()
+
+
+@pytest.fixture
+async def events(database_url: str) -> AsyncIterator[EventService]:
+    """Delivery of due events, run by the test (the app's scheduler is off in tests)."""
+    database = Database(database_url, DatabaseSettings(pool_min_size=1, pool_max_size=2))
+    await database.open()
+    outbound = OutboundPolicy(LOOPBACK_ALLOWED)
+    async with outbound_client(outbound) as http:
+        yield EventService(database, SystemClock(), SchedulerSettings(), http, outbound)
+    await database.close()
+
+
+async def configure(client: httpx.AsyncClient, name: str, **fields: Any) -> None:
+    response = await client.patch(f"/v1/agents/{name}", json=fields)
+    assert response.status_code == 200, response.text
+
+
+async def subscribe(client: httpx.AsyncClient, url: str) -> None:
+    response = await client.post(
+        "/v1/subscriptions",
+        json={"url": url, "event_types": ["task.completed", "task.failed"], "secret": SECRET},
+    )
+    assert response.status_code == 201, response.text
+
+
+async def post_message(
+    client: httpx.AsyncClient, sid: str, text: str, prefer: str | list[str] | None = None
+) -> httpx.Response:
+    headers: list[tuple[str, str]] = []
+    for value in [prefer] if isinstance(prefer, str) else prefer or []:
+        headers.append(("Prefer", value))
+    return await client.post(f"/v1/sessions/{sid}/messages", json={"text": text}, headers=headers)
+
+
+async def eventually(
+    probe: Callable[[], Awaitable[Any]], *, within: float = 10.0, interval: float = 0.05
+) -> Any:
+    """``probe``'s first truthy value, or fail after ``within`` seconds."""
+    deadline = time.monotonic() + within
+    while True:
+        value = await probe()
+        if value:
+            return value
+        assert time.monotonic() < deadline, "timed out waiting"
+        await asyncio.sleep(interval)
+
+
+async def task_of(client: httpx.AsyncClient, task_id: str) -> dict[str, Any]:
+    response = await client.get(f"/v1/tasks/{task_id}")
+    assert response.status_code == 200, response.text
+    body: dict[str, Any] = response.json()
+    return body.get("task", body)
+
+
+async def decisions(client: httpx.AsyncClient, sid: str) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = (await client.get(f"/v1/sessions/{sid}/decisions")).json()[
+        "items"
+    ]
+    return items
+
+
+async def delivered(
+    events: EventService, subscriber: AgentServer, count: int
+) -> list[dict[str, Any]]:
+    """The events the subscriber received once ``count`` arrived, each signature checked."""
+
+    async def arrived() -> bool:
+        await events.deliver_due()
+        return len(subscriber.bodies) >= count
+
+    await eventually(arrived)
+    received = []
+    for body, headers in zip(subscriber.bodies, subscriber.headers, strict=True):
+        stamp = int(headers[TIMESTAMP_HEADER.lower()])
+        assert headers[SIGNATURE_HEADER.lower()] == sign(SECRET, stamp, body)
+        received.append(orjson.loads(body))
+    return received
+
+
+async def test_a_fast_agent_answers_within_the_budget_as_before_plus_its_task(
+    client: httpx.AsyncClient, agent: AgentServer
+) -> None:
+    await configure(client, PLAN_AGENT, url=agent.url)
+    session = await create_session(client)
+    sid = session["session_id"]
+
+    response = await post_message(client, sid, PLAN)
+
+    assert response.status_code == 200, response.text
+    assert "preference-applied" not in response.headers
+    result = response.json()
+    assert result["response"] == "Here is your plan"
+    assert result["degraded"] is False
+    assert result["fallback"] is None
+    assert result["progress_percentage"] == 40
+    assert result["memory_updates"] == {"applied": 1, "rejected": []}
+    assert result["task_url"] == f"/v1/tasks/{result['task_id']}"
+    assert len(agent.requests) == 1
+    assert agent.headers[0]["traceparent"].startswith("00-")
+
+    task = await task_of(client, result["task_id"])
+    assert (task["status"], task["kind"], task["agent_name"], task["attempt"]) == (
+        "completed",
+        "message",
+        PLAN_AGENT,
+        1,
+    )
+    assert task["detached"] is False
+    assert task["result"]["output_data"]["response"] == "Here is your plan"
+    assert task["input"]["request"] == agent.requests[0]
+    [decision] = await decisions(client, sid)
+    assert (decision["outcome"], decision["task_id"]) == ("agent", result["task_id"])
+    current = (await client.get(f"/v1/sessions/{sid}")).json()
+    assert current["version"] == 2
+    assert current["agent_sequence"][-1]["status"] == "completed"
+    assert "task_id" not in current["agent_sequence"][-1]
+
+
+async def test_a_slow_agent_gets_the_fallback_now_and_its_answer_applied_later(
+    client: httpx.AsyncClient,
+    agent: AgentServer,
+    subscriber: AgentServer,
+    events: EventService,
+) -> None:
+    await configure(client, PLAN_AGENT, url=agent.url)
+    await subscribe(client, subscriber.url)
+    release = asyncio.Event()
+
+    async def slow() -> None:
+        await release.wait()
+
+    agent.before_reply = slow
+    session = await create_session(client)
+    sid = session["session_id"]
+
+    started = time.monotonic()
+    response = await post_message(client, sid, PLAN, "wait=1")
+    elapsed = time.monotonic() - started
+
+    assert response.status_code == 200, response.text
+    assert response.headers["preference-applied"] == "wait=1"
+    assert 1.0 <= elapsed < 3.0
+    result = response.json()
+    assert result["degraded"] is True
+    assert result["fallback"] is not None
+    assert result["agent"] == PLAN_AGENT
+    task_id = result["task_id"]
+    assert result["task_url"] == f"/v1/tasks/{task_id}"
+    waiting = await task_of(client, task_id)
+    assert (waiting["status"], waiting["detached"]) == ("working", True)
+    after_fallback = (await client.get(f"/v1/sessions/{sid}")).json()
+    assert after_fallback["version"] == 2
+    step = after_fallback["agent_sequence"][-1]
+    assert (step["agent_name"], step["status"], step["task_id"]) == (
+        PLAN_AGENT,
+        "executing",
+        task_id,
+    )
+    [fallback_decision] = await decisions(client, sid)
+    assert (fallback_decision["outcome"], fallback_decision["degraded"]) == ("fallback", True)
+    assert fallback_decision["task_id"] == task_id
+
+    release.set()  # the agent answers now, long after the caller got its answer
+
+    async def applied() -> dict[str, Any] | None:
+        current: dict[str, Any] = (await client.get(f"/v1/sessions/{sid}")).json()
+        return current if current["version"] == 3 else None
+
+    current = await eventually(applied)
+    step = current["agent_sequence"][-1]
+    assert (step["status"], step["task_id"], step["output_summary"]) == (
+        "completed",
+        task_id,
+        "Here is your plan",
+    )
+    assert current["session_state"]["agent_outputs"][PLAN_AGENT]["response"] == "Here is your plan"
+    assert current["progress_percentage"] == 40
+    assert current["current_agent"] == PLAN_AGENT
+    late = (await decisions(client, sid))[0]
+    assert (late["outcome"], late["degraded"], late["task_id"]) == ("agent", False, task_id)
+    assert late["session_version"] == 3
+    assert late["response"]["text"] == "Here is your plan"
+    assert late["message"] == PLAN
+    memories = (await client.get("/v1/memories", params={"session_id": sid})).json()["items"]
+    assert [m["content"] for m in memories] == [{"plan": "v1"}]
+
+    [event] = await delivered(events, subscriber, 1)
+    assert event["event_type"] == "task.completed"
+    payload = event["payload"]
+    assert payload["task_id"] == task_id
+    assert payload["session_id"] == sid
+    assert payload["reply"] == "Here is your plan"
+    assert (payload["session_version"], payload["decision_id"]) == (3, late["decision_id"])
+    assert payload["applied"] is True
+
+
+async def test_a_dead_agent_fails_its_task_and_the_session_is_escalated(
+    client: httpx.AsyncClient,
+    agent: AgentServer,
+    subscriber: AgentServer,
+    events: EventService,
+) -> None:
+    await configure(client, PLAN_AGENT, url=agent.url, fail_max=50)
+    await subscribe(client, subscriber.url)
+    agent.behaviour = "fail"
+    session = await create_session(client)
+    sid = session["session_id"]
+
+    started = time.monotonic()
+    response = await post_message(client, sid, PLAN)
+    # The first attempt failed: the caller is not held for the retries' backoff.
+    assert time.monotonic() - started < 2.0
+    result = response.json()
+    assert result["degraded"] is True
+    task_id = result["task_id"]
+
+    async def failed() -> dict[str, Any] | None:
+        task = await task_of(client, task_id)
+        return task if task["status"] == "failed" else None
+
+    task = await eventually(failed)
+    assert task["attempt"] == 3  # 1 + max_retries
+    assert len(agent.requests) == 3
+    [event] = await delivered(events, subscriber, 1)
+    assert event["event_type"] == "task.failed"
+    assert event["payload"]["task_id"] == task_id
+    assert "HTTP 500" in event["payload"]["error"]
+
+    async def escalated() -> dict[str, Any] | None:
+        current: dict[str, Any] = (await client.get(f"/v1/sessions/{sid}")).json()
+        return current if current["status"] == "escalated" else None
+
+    current = await eventually(escalated)
+    step = next(s for s in current["agent_sequence"] if s.get("task_id") == task_id)
+    assert step["status"] == "failed"
+    letters = (await client.get("/v1/dead-letters")).json()["items"]
+    assert [letter["task_id"] for letter in letters] == [task_id]
+
+
+async def test_respond_async_answers_202_with_the_task_at_once(
+    client: httpx.AsyncClient, agent: AgentServer
+) -> None:
+    await configure(client, PLAN_AGENT, url=agent.url)
+    release = asyncio.Event()
+
+    async def slow() -> None:
+        await release.wait()
+
+    agent.before_reply = slow
+    session = await create_session(client)
+    sid = session["session_id"]
+
+    started = time.monotonic()
+    response = await post_message(client, sid, PLAN, "respond-async")
+    assert time.monotonic() - started < 1.0
+
+    assert response.status_code == 202, response.text
+    assert response.headers["preference-applied"] == "respond-async"
+    body = response.json()
+    assert response.headers["location"] == body["task_url"] == f"/v1/tasks/{body['task_id']}"
+    assert body["agent"] == PLAN_AGENT
+    assert body["task_status"] in ("submitted", "working")
+    assert body["session_version"] == 2
+    [decision] = await decisions(client, sid)
+    assert (decision["outcome"], decision["task_id"], decision["degraded"]) == (
+        "accepted",
+        body["task_id"],
+        False,
+    )
+    step = (await client.get(f"/v1/sessions/{sid}")).json()["agent_sequence"][-1]
+    assert (step["status"], step["task_id"]) == ("executing", body["task_id"])
+
+    release.set()
+
+    async def answered() -> dict[str, Any] | None:
+        current: dict[str, Any] = (await client.get(f"/v1/sessions/{sid}")).json()
+        return current if current["version"] == 3 else None
+
+    current = await eventually(answered)
+    assert current["agent_sequence"][-1]["status"] == "completed"
+    assert current["session_state"]["agent_outputs"][PLAN_AGENT]["response"] == "Here is your plan"
+
+
+async def test_respond_async_with_a_wait_answers_200_when_the_agent_is_in_time(
+    client: httpx.AsyncClient, agent: AgentServer
+) -> None:
+    await configure(client, PLAN_AGENT, url=agent.url)
+    session = await create_session(client)
+    response = await post_message(client, session["session_id"], PLAN, "respond-async, wait=5")
+    assert response.status_code == 200, response.text
+    assert response.headers["preference-applied"] == "respond-async, wait=5"
+    assert response.json()["response"] == "Here is your plan"
+
+
+async def test_wait_zero_answers_with_the_fallback_at_once_and_the_agent_later(
+    client: httpx.AsyncClient, agent: AgentServer
+) -> None:
+    await configure(client, PLAN_AGENT, url=agent.url)
+    session = await create_session(client)
+    sid = session["session_id"]
+    response = await post_message(client, sid, PLAN, "wait=0")
+    assert response.status_code == 200, response.text
+    assert response.headers["preference-applied"] == "wait=0"
+    result = response.json()
+    assert result["degraded"] is True
+    assert result["task_id"]
+
+    async def answered() -> dict[str, Any] | None:
+        current: dict[str, Any] = (await client.get(f"/v1/sessions/{sid}")).json()
+        outputs = current["session_state"]["agent_outputs"]
+        return current if PLAN_AGENT in outputs else None
+
+    await eventually(answered)
+
+
+@pytest.mark.parametrize(
+    "prefer",
+    ["wait=abc", "wait=-3", "wait=1.5", "return=minimal", "respond-async=1", 'wait="', ";;,,"],
+)
+async def test_a_prefer_not_understood_is_ignored(
+    client: httpx.AsyncClient, agent: AgentServer, prefer: str
+) -> None:
+    await configure(client, PLAN_AGENT, url=agent.url)
+    session = await create_session(client)
+    response = await post_message(client, session["session_id"], PLAN, prefer)
+    assert response.status_code == 200, response.text
+    assert "preference-applied" not in response.headers
+    assert response.json()["response"] == "Here is your plan"
+
+
+async def test_a_wait_above_the_cap_is_capped(
+    client: httpx.AsyncClient, agent: AgentServer
+) -> None:
+    await configure(client, PLAN_AGENT, url=agent.url)
+    session = await create_session(client)
+    response = await post_message(client, session["session_id"], PLAN, "wait=86400")
+    assert response.status_code == 200, response.text
+    assert response.headers["preference-applied"] == "wait=55"
+
+
+async def test_a_prefer_header_too_long_is_a_problem(client: httpx.AsyncClient) -> None:
+    session = await create_session(client)
+    response = await post_message(client, session["session_id"], PLAN, "wait=1," + "x" * 2000)
+    assert_problem(response, 400)
+
+
+async def test_an_agent_4xx_is_not_retried(client: httpx.AsyncClient, agent: AgentServer) -> None:
+    await configure(client, PLAN_AGENT, url=agent.url)
+    agent.status = 404
+    session = await create_session(client)
+    result = (await post_message(client, session["session_id"], PLAN)).json()
+    assert result["degraded"] is True
+    task = await task_of(client, result["task_id"])
+    assert (task["status"], task["attempt"], task["detached"]) == ("failed", 1, False)
+    assert len(agent.requests) == 1
+
+
+async def test_a_pending_action_runs_as_a_task(
+    client: httpx.AsyncClient, agent: AgentServer
+) -> None:
+    await configure(client, PLAN_AGENT, url=agent.url)
+    session = await create_session(client)
+    sid = session["session_id"]
+    # The change agent (no url) answers with its fallback; the plan waits in the queue.
+    first = (
+        await post_message(client, sid, "I need to change my address urgently. Also make a plan")
+    ).json()
+    assert "request_plan" in [p["type"] for p in first["pending_actions"]]
+    while True:
+        response = await client.post(f"/v1/sessions/{sid}/pending/next")
+        assert response.status_code in (200, 409), response.text
+        if response.status_code == 409:
+            break
+        body = response.json()
+        if body["agent"] == PLAN_AGENT:
+            plan = body
+    assert plan["response"] == "Here is your plan"
+    task = await task_of(client, plan["task_id"])
+    assert (task["kind"], task["status"]) == ("pending_action", "completed")
+    final = (await client.get(f"/v1/sessions/{sid}")).json()["session_state"]["pending_actions"]
+    assert "request_plan" not in [a["type"] for a in final]
+
+
+async def test_a_pending_action_whose_agent_is_slow_is_settled_by_its_task(
+    client: httpx.AsyncClient, agent: AgentServer
+) -> None:
+    await configure(client, PLAN_AGENT, url=agent.url)
+    session = await create_session(client)
+    sid = session["session_id"]
+    queued = await client.patch(
+        f"/v1/sessions/{sid}",
+        json={
+            "session_state": {"pending_actions": [{"type": "request_plan", "priority_score": 50}]}
+        },
+        headers={"If-Match": '"1"'},
+    )
+    assert queued.status_code == 200, queued.text
+    release = asyncio.Event()
+
+    async def slow() -> None:
+        await release.wait()
+
+    agent.before_reply = slow
+    response = await client.post(f"/v1/sessions/{sid}/pending/next", headers={"Prefer": "wait=0"})
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert body["degraded"] is True
+    [action] = body["pending_actions"]
+    assert (action["status"], action["task_id"]) == ("in_progress", body["task_id"])
+    # Bound to its task: not taken again while the task works.
+    assert_problem(await client.post(f"/v1/sessions/{sid}/pending/next"), 409)
+
+    release.set()
+
+    async def settled() -> list[Any] | None:
+        state = (await client.get(f"/v1/sessions/{sid}")).json()["session_state"]
+        return None if state["pending_actions"] else [True]
+
+    await eventually(settled)
+
+
+async def test_the_webhook_waits_the_same_way_and_names_the_task(
+    client: httpx.AsyncClient, agent: AgentServer
+) -> None:
+    await configure(client, PLAN_AGENT, url=agent.url)
+    release = asyncio.Event()
+
+    async def slow() -> None:
+        await release.wait()
+
+    agent.before_reply = slow
+    response = await client.post(
+        "/webhooks/n8n/coordination",
+        json={"user_ref": "tg:42", "text": PLAN},
+        headers={"Prefer": "wait=1, respond-async"},
+    )
+    release.set()
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert body["degraded"] is True
+    assert body["task_url"] == f"/v1/tasks/{body['task_id']}"
+
+
+async def test_a_caller_that_goes_away_still_gets_the_answer_into_the_session(
+    client: httpx.AsyncClient, agent: AgentServer
+) -> None:
+    await configure(client, PLAN_AGENT, url=agent.url)
+    called, release = asyncio.Event(), asyncio.Event()
+
+    async def slow() -> None:
+        called.set()
+        await release.wait()
+
+    agent.before_reply = slow
+    session = await create_session(client)
+    sid = session["session_id"]
+    request = asyncio.create_task(post_message(client, sid, PLAN))
+    await called.wait()
+    request.cancel()  # the client disconnects while the request waits for the agent
+    with pytest.raises(asyncio.CancelledError):
+        await request
+    [task] = (await client.get(f"/v1/sessions/{sid}/tasks")).json()["items"]
+    assert (task["status"], task["detached"]) == ("working", True)
+
+    release.set()
+
+    async def answered() -> dict[str, Any] | None:
+        current: dict[str, Any] = (await client.get(f"/v1/sessions/{sid}")).json()
+        outputs = current["session_state"]["agent_outputs"]
+        return current if PLAN_AGENT in outputs else None
+
+    current = await eventually(answered)
+    assert current["agent_sequence"][-1]["task_id"] == task["task_id"]
+    late = (await decisions(client, sid))[0]
+    assert (late["outcome"], late["task_id"]) == ("agent", task["task_id"])
