@@ -411,7 +411,7 @@ CREATE TABLE coordination_decisions (
     chosen_agent text,
     routed_by text,
     breaker_state text,
-    -- accepted (revision 0020): answered 202 with the agent's task (Prefer: respond-async).
+    -- accepted (revision 0021): answered 202 with the agent's task (Prefer: respond-async).
     outcome text NOT NULL CHECK (outcome IN ('agent', 'fallback', 'clarification', 'accepted')),
     fallback text,
     degraded boolean NOT NULL,
@@ -424,7 +424,7 @@ CREATE TABLE coordination_decisions (
     -- The trace of the request or task that made the decision (revision 0016): the id its
     -- answer named in X-Trace-Id and its log lines carry.
     trace_id text,
-    -- The agent task behind the answer (revision 0020): the one the request waited for,
+    -- The agent task behind the answer (revision 0021): the one the request waited for,
     -- stopped waiting for, or whose late answer this records. No foreign key: the decision
     -- outlives the task's row.
     task_id uuid

@@ -8,8 +8,8 @@ decided and outlives its task's row (the task's own record is in agent_tasks whi
 lasts). The outcome ``accepted``: the caller asked for `Prefer: respond-async` and was
 answered 202 with the task, nobody's answer yet.
 
-Revision ID: 0020
-Revises: 0019
+Revision ID: 0021
+Revises: 0020
 Create Date: 2026-11-24
 """
 
@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from migrations.sqlscript import run_sql
 
-revision = "0020"
-down_revision = "0019"
+revision = "0021"
+down_revision = "0020"
 branch_labels = None
 depends_on = None
 
