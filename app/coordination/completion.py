@@ -67,8 +67,9 @@ class TaskCompletion:
         self._events = events
 
     async def finished(self, task: Task) -> None:
-        """Apply a detached task's end to its session and tell subscribers."""
-        if not task.detached or task.session_id is None:
+        """Apply a detached task's end to its session and tell subscribers. A dead letter's
+        requeue (``requeue_of``) is detached from birth: nobody waits for it."""
+        if task.session_id is None or not (task.detached or task.requeue_of is not None):
             return
         data = read_input(task)
         answered = answer_of(task)

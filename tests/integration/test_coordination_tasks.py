@@ -320,6 +320,48 @@ async def test_a_dead_agent_fails_its_task_and_the_session_is_escalated(
     assert [letter["task_id"] for letter in letters] == [task_id]
 
 
+async def test_a_requeued_dead_letter_applies_its_answer_to_the_session(
+    client: httpx.AsyncClient,
+    agent: AgentServer,
+    subscriber: AgentServer,
+    events: EventService,
+) -> None:
+    """Nobody waits for a requeued task: its late answer reaches the session and the
+    subscribers, like a detached task's."""
+    await configure(client, PLAN_AGENT, url=agent.url, fail_max=50)
+    agent.behaviour = "fail"
+    session = await create_session(client)
+    sid = session["session_id"]
+    task_id = (await post_message(client, sid, PLAN)).json()["task_id"]
+
+    async def letter() -> dict[str, Any] | None:
+        items = (await client.get("/v1/dead-letters")).json()["items"]
+        return items[0] if items else None
+
+    dead = await eventually(letter)
+    assert dead["task_id"] == task_id
+    await subscribe(client, subscriber.url)
+    before = (await client.get(f"/v1/sessions/{sid}")).json()["version"]
+
+    agent.behaviour = "ok"
+    requeued = await client.post(f"/v1/dead-letters/{dead['dead_letter_id']}/requeue")
+    assert requeued.status_code in (200, 201), requeued.text
+    body = requeued.json()
+    new_id = body.get("task", body)["task_id"]
+    assert new_id != task_id
+
+    async def applied() -> dict[str, Any] | None:
+        current: dict[str, Any] = (await client.get(f"/v1/sessions/{sid}")).json()
+        return current if current["version"] > before else None
+
+    current = await eventually(applied)
+    step = next(s for s in current["agent_sequence"] if s.get("task_id") == new_id)
+    assert (step["status"], step["output_summary"]) == ("completed", "Here is your plan")
+    assert current["session_state"]["agent_outputs"][PLAN_AGENT]["response"] == "Here is your plan"
+    [event] = await delivered(events, subscriber, 1)
+    assert (event["event_type"], event["payload"]["task_id"]) == ("task.completed", new_id)
+
+
 async def test_respond_async_answers_202_with_the_task_at_once(
     client: httpx.AsyncClient, agent: AgentServer
 ) -> None:
