@@ -169,10 +169,14 @@ async def claim_tasks(
 
 
 async def renew_leases(
-    conn: Connection, owner: str, task_ids: list[UUID], lease_until: datetime
+    conn: Connection, owner: str, held: dict[UUID, int], lease_until: datetime
 ) -> set[UUID]:
-    """Extend the leases ``owner`` holds on ``task_ids``; the ids it still holds."""
-    rows = await conn.fetch(Q.renew_leases, owner, task_ids, lease_until)
+    """Extend the leases ``owner`` holds on the tasks of ``held`` at those attempts; the
+    ids it still holds."""
+    ids = list(held)
+    rows = await conn.fetch(
+        Q.renew_leases, owner, ids, lease_until, [held[task_id] for task_id in ids]
+    )
     return {row["task_id"] for row in rows}
 
 

@@ -89,11 +89,14 @@ class TaskService:
         self._lease = timedelta(seconds=settings.lease_seconds)
         self._kinds: dict[str, _Kind] = {}
         # Attempts running in this process, and those whose lease was found gone.
+        # An attempt is known by its asyncio task (lost) or by (task id, attempt): a task
+        # whose lease ran out here may be claimed here again as a later attempt while the
+        # earlier one is still being stopped.
         self._running: dict[UUID, tuple[Task, asyncio.Task[None]]] = {}
-        self._lost: set[UUID] = set()
+        self._lost: set[asyncio.Task[None]] = set()
         # Attempts whose outcome is being stored: their lease is released by that store, so
         # the renewal must not take its absence for a lost lease.
-        self._finishing: set[UUID] = set()
+        self._finishing: set[tuple[UUID, int]] = set()
         self._waiters: dict[UUID, set[asyncio.Future[Task | None]]] = {}
         # Results waiting for the next group commit, and the task storing them.
         self._completing: list[tuple[Task, dict[str, Any], asyncio.Future[Task | None]]] = []
@@ -339,6 +342,7 @@ class TaskService:
         if stopped is not None:
             await asyncio.wait({stopped}, timeout=5)
         self._resolve_waiters(task_id, task)
+        await self._finish(task)  # its kind's hook: a detached coordinator task closes its step
         return task
 
     # -- dead letters -------------------------------------------------------------------
@@ -432,7 +436,10 @@ class TaskService:
         return released + len(failed)
 
     def start_attempt(self, task: Task) -> None:
-        """Run a task leased to this process, in the background."""
+        """Run a task leased to this process, in the background. An earlier attempt of it
+        still running here lost its lease (this one was claimed after it ran out): it stops,
+        so that one task never runs twice at once."""
+        self._drop_attempt(task.task_id)
         attempt = asyncio.create_task(self._run(task), name=f"task-{task.task_id}")
         self._running[task.task_id] = (task, attempt)
 
@@ -441,24 +448,28 @@ class TaskService:
         running = self._running.get(task_id)
         if running is None:
             return None
-        self._lost.add(task_id)
+        self._lost.add(running[1])
         running[1].cancel()
         return running[1]
 
     async def _run(self, task: Task) -> None:
         finished: Task | None = None
+        me = asyncio.current_task()
         try:
             with self._tracing.continue_trace(task.traceparent, f"task {task.kind}"):
                 finished = await self._attempt(task)
         except asyncio.CancelledError:
-            if task.task_id not in self._lost:  # stopping: the attempt is given back
+            if me not in self._lost:  # stopping: the attempt is given back
                 await asyncio.shield(self._give_back(task))
         except Exception:  # the database was unreachable: the lease runs out, the reaper retries
             logger.exception("task %s: its outcome could not be recorded", task.task_id)
         finally:
-            self._running.pop(task.task_id, None)
-            self._lost.discard(task.task_id)
-            self._finishing.discard(task.task_id)
+            running = self._running.get(task.task_id)
+            if running is not None and running[1] is me:  # not a later attempt's entry
+                del self._running[task.task_id]
+            if me is not None:
+                self._lost.discard(me)
+            self._finishing.discard((task.task_id, task.attempt))
             self.slot_freed.set()
         if finished is not None and finished.terminal:
             await self._finish(finished)
@@ -472,19 +483,19 @@ class TaskService:
             if not isinstance(result, dict):
                 raise TaskFailed("the handler returned no result document", retryable=True)
         except TaskDelayed as delayed:
-            self._finishing.add(task.task_id)
+            self._finishing.add((task.task_id, task.attempt))
             async with self._db.connection() as conn:
                 return await repo.delay_task(
                     conn, task.task_id, self.replica, task.attempt, delayed.reason, delayed.until
                 )
         except TaskFailed as failed:
-            self._finishing.add(task.task_id)
+            self._finishing.add((task.task_id, task.attempt))
             return await self._failed(task, failed.reason, retryable=failed.retryable)
         except Exception as exc:
-            self._finishing.add(task.task_id)
+            self._finishing.add((task.task_id, task.attempt))
             logger.exception("task %s: its handler raised", task.task_id)
             return await self._failed(task, f"{type(exc).__name__}: {exc}", retryable=True)
-        self._finishing.add(task.task_id)
+        self._finishing.add((task.task_id, task.attempt))
         done = await self._complete(task, result)
         if done is None:
             logger.warning("task %s: lease lost before its result was stored", task.task_id)
@@ -583,22 +594,26 @@ class TaskService:
             held = {
                 task_id: task.attempt
                 for task_id, (task, _) in self._running.items()
-                if task_id not in self._finishing
+                if (task_id, task.attempt) not in self._finishing
             }
             if not held or self._stopping.is_set():
                 continue
             try:
                 async with self._db.connection() as conn:
                     kept = await repo.renew_leases(
-                        conn, self.replica, list(held), self._clock.now() + self._lease
+                        conn, self.replica, held, self._clock.now() + self._lease
                     )
             except Exception:
                 logger.warning("could not renew task leases", exc_info=True)
                 continue
-            for task_id in set(held) - kept - self._finishing:
-                if task_id in self._running:  # not ended while the renewal ran
-                    logger.warning("task %s: lease lost (canceled or taken over)", task_id)
-                    self._drop_attempt(task_id)
+            for task_id in set(held) - kept:
+                running = self._running.get(task_id)
+                if running is None or running[0].attempt != held[task_id]:
+                    continue  # ended, or replaced by a later attempt, while this ran
+                if (task_id, held[task_id]) in self._finishing:
+                    continue  # its outcome is being stored: that releases the lease
+                logger.warning("task %s: lease lost (canceled or taken over)", task_id)
+                self._drop_attempt(task_id)
 
 
 def _may_see(principal: Principal, task: Task) -> bool:

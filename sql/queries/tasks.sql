@@ -46,11 +46,13 @@ SELECT pg_advisory_xact_lock(agent_tasks_claim_lock())
 SELECT * FROM agent_tasks_claim($1, $2, $3, $4, $5, $6, $7)
 
 -- name: renew_leases
--- The attempts replica $1 runs ($2) keep their tasks until $3; a task not returned has
--- lost its lease (taken over, or canceled), and its attempt must stop.
+-- The attempts replica $1 runs (tasks $2 at attempts $4) keep their tasks until $3; a task
+-- not returned has lost its lease (taken over, canceled, or claimed again as a later
+-- attempt after this one's lease ran out), and its attempt must stop.
 UPDATE agent_tasks
 SET lease_expires_at = $3
-WHERE task_id = ANY ($2::uuid[]) AND lease_owner = $1
+WHERE (task_id, attempt) IN (SELECT * FROM unnest($2::uuid[], $4::integer[]))
+  AND lease_owner = $1
 RETURNING task_id
 
 -- name: complete_tasks
