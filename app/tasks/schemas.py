@@ -11,6 +11,8 @@ from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from app.common.validation import DateTime
+
 TaskStatus = Literal[
     "submitted",
     "working",
@@ -160,7 +162,8 @@ class TaskCreate(BaseModel):
     user_id: Annotated[str | None, Field(min_length=1, max_length=256)] = None
     priority: Annotated[int, Field(ge=1, le=10)] = 5
     max_attempts: Annotated[int | None, Field(ge=1, le=100)] = None
-    scheduled_at: datetime | None = None
+    # RFC 3339 with an offset, within the years 1 to 9999 in UTC (else 422, not a 500).
+    scheduled_at: DateTime | None = None
 
 
 class TaskFailed(Exception):

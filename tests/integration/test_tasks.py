@@ -336,6 +336,12 @@ async def test_the_endpoints_refuse_bad_requests_with_problems(
     assert bad_priority.headers["content-type"].startswith("application/problem+json")
     no_input = await client.post("/v1/tasks", json={"agent_name": "Echo_Agent"})
     assert no_input.status_code in (400, 422)
+    # Instants outside what Python holds in UTC, and a number of seconds: 422, never a 500.
+    for when in ("9999-12-31T23:00:00-05:00", "0001-01-01T00:00:00+01:00", 0):
+        late = await client.post(
+            "/v1/tasks", json={"agent_name": "Echo_Agent", "input": {}, "scheduled_at": when}
+        )
+        assert_problem(late, 422)
     unknown_session = await client.post(
         "/v1/tasks", json={"agent_name": "Echo_Agent", "input": {}, "session_id": missing}
     )
