@@ -598,3 +598,26 @@ async def test_a_caller_that_goes_away_still_gets_the_answer_into_the_session(
     assert current["agent_sequence"][-1]["task_id"] == task["task_id"]
     late = (await decisions(client, sid))[0]
     assert (late["outcome"], late["task_id"]) == ("agent", task["task_id"])
+
+
+async def test_canceling_a_detached_task_closes_its_step(
+    client: httpx.AsyncClient, agent: AgentServer
+) -> None:
+    """A task the caller stopped waiting for and a person then cancels: its session step
+    is closed, not left executing for ever."""
+    await configure(client, PLAN_AGENT, url=agent.url)
+    agent.behaviour = "hang"
+    session = await create_session(client)
+    sid = session["session_id"]
+    result = (await post_message(client, sid, PLAN, "wait=0")).json()
+    task_id = result["task_id"]
+    canceled = await client.post(f"/v1/tasks/{task_id}/cancel")
+    assert canceled.status_code == 200, canceled.text
+
+    async def closed() -> dict[str, Any] | None:
+        current: dict[str, Any] = (await client.get(f"/v1/sessions/{sid}")).json()
+        step = next(s for s in current["agent_sequence"] if s.get("task_id") == task_id)
+        return step if step["status"] != "executing" else None
+
+    step = await eventually(closed)
+    assert step["status"] == "failed"
