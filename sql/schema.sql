@@ -1205,6 +1205,9 @@ CREATE TABLE dead_letters (
 );
 
 CREATE INDEX dead_letters_failed_idx ON dead_letters (failed_at DESC, dead_letter_id DESC);
+-- Deleting a task (its session's or user's deletion) looks for letters requeued as it.
+CREATE INDEX dead_letters_requeued_idx ON dead_letters (requeued_task_id)
+    WHERE requeued_task_id IS NOT NULL;
 
 -- The transition rule, in the database so that no writer (a worker, a request, a person
 -- at psql) can move a task backwards or out of a terminal state, and the history of every
