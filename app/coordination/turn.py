@@ -78,7 +78,15 @@ def apply_turn(
     """The session content after ``turn``, and the reason recorded with its version;
     ``new_id`` names the actions the turn queues."""
     state = base.session_state
-    actions = _queue(list(state.pending_actions), now, turn, new_id)
+    # Tasks whose end was written before this turn (a fast agent's task can end, and its
+    # hook write the session, between the turn's detaching it and the turn's own write):
+    # their steps stand, and the turn neither reopens them nor binds an action to them.
+    ended: dict[str, ExecutionStatus] = {
+        step.task_id: step.status
+        for step in base.agent_sequence
+        if step.task_id is not None and step.status != "executing"
+    }
+    actions = _queue(list(state.pending_actions), now, turn, new_id, ended)
     context = state.conversation_context
     context_changes: dict[str, object] = {"turn_count": context.turn_count + 1}
     if turn.primary is not None:
@@ -96,6 +104,9 @@ def apply_turn(
             sequence, now=now, outcome="completed", output_summary=None, next_agent=step.agent
         )
         waiting = step.waiting_task is not None
+        current_agent = step.agent
+        if step.waiting_task in ended:
+            continue
         sequence = append_execution(
             sequence,
             step.agent,
@@ -106,7 +117,6 @@ def apply_turn(
             next_agent=step.next_agent,
             task_id=step.waiting_task,
         )
-        current_agent = step.agent
 
     content = replace(
         base,
@@ -125,13 +135,20 @@ def apply_turn(
 
 
 def _queue(
-    actions: list[PendingAction], now: datetime, turn: Turn, new_id: NewId
+    actions: list[PendingAction],
+    now: datetime,
+    turn: Turn,
+    new_id: NewId,
+    ended: dict[str, ExecutionStatus],
 ) -> list[PendingAction]:
     """The pending-action queue after the turn: the claimed action settled, the secondary
     intents and the fallback's deferred work added once each, within the queue's bound."""
     if turn.pending is not None:
         waiting = next((s.waiting_task for s in turn.steps if s.waiting_task), None)
-        if waiting is not None:
+        if waiting is not None and waiting in ended:
+            failure = None if ended[waiting] == "completed" else f"task {waiting} failed"
+            actions = settle_claim(actions, turn.pending, failure)
+        elif waiting is not None:
             actions = bind_claim(actions, turn.pending, waiting)
         else:
             failure = None

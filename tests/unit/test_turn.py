@@ -332,6 +332,50 @@ def test_an_action_whose_task_still_works_is_bound_to_it_and_settled_when_it_end
     assert_a_client_patch_is_accepted(content)
 
 
+def test_a_task_that_ended_before_its_turn_was_written_keeps_its_closed_step() -> None:
+    """A fast agent's task can end, and its end be written, between the turn's detaching
+    it (respond-async, or a spent budget) and the turn's own write: the turn then neither
+    reopens the step nor binds its action to the finished task."""
+    for answered, status in ((True, "completed"), (False, "failed")):
+        content = content_with([action(0)])
+        content, current = claim(content)
+        end = TaskEnd(
+            task_id="task-9",
+            agent="Add_Changes_Agent",
+            answered=answered,
+            reply="Changed" if answered else "agent answered HTTP 500",
+            output_data={"response": "Changed"} if answered else None,
+            pending_action_id=current.id,
+        )
+        content, _ = apply_task_end(content, NOW, end)
+        turn = Turn(
+            primary=None,
+            secondaries=(),
+            clarification=False,
+            reply="accepted",
+            steps=(
+                TurnStep(
+                    agent="Add_Changes_Agent",
+                    answered=False,
+                    reply="accepted",
+                    waiting_task="task-9",
+                ),
+            ),
+            pending=current,
+        )
+        content, _ = apply_turn(content, NOW, turn)
+        steps = [s for s in content.agent_sequence if s.task_id == "task-9"]
+        assert [s.status for s in steps] == [status]
+        assert content.current_agent == "Add_Changes_Agent"
+        left = content.session_state.pending_actions
+        assert all(a.status != "in_progress" for a in left)
+        if answered:
+            assert left == []
+        else:
+            assert [a.status for a in left] == ["failed"]
+        assert_a_client_patch_is_accepted(content)
+
+
 def test_a_failed_task_fails_its_action_and_its_step() -> None:
     content = content_with([action(0)])
     content, current = claim(content)
