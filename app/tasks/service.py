@@ -57,6 +57,8 @@ logger = logging.getLogger("switchboard.tasks")
 # NOTIFY channels written by the schema's triggers.
 QUEUED_CHANNEL = "switchboard_tasks"
 FINISHED_CHANNEL = "switchboard_task_finished"
+# How long stopping waits for finished hooks still running (late answers being applied).
+HOOK_DRAIN_SECONDS = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +95,9 @@ class TaskService:
         # whose lease ran out here may be claimed here again as a later attempt while the
         # earlier one is still being stopped.
         self._running: dict[UUID, tuple[Task, asyncio.Task[None]]] = {}
+        # Every attempt's asyncio task until it is done, its finished hook included (an
+        # attempt leaves _running before its hook runs): what stop() waits for.
+        self._attempts: set[asyncio.Task[None]] = set()
         self._lost: set[asyncio.Task[None]] = set()
         # Attempts whose outcome is being stored: their lease is released by that store, so
         # the renewal must not take its absence for a lost lease.
@@ -141,6 +146,10 @@ class TaskService:
             attempt.cancel()
         if running:
             await asyncio.gather(*running, return_exceptions=True)
+        # Attempts that had ended and run their finished hook (a late answer being applied
+        # to its session) are let finish, within a bound.
+        if self._attempts:
+            await asyncio.wait(set(self._attempts), timeout=HOOK_DRAIN_SECONDS)
         if self._renewer is not None:
             await stop_loop(self._renewer, self._stopping)
             self._renewer = None
@@ -441,6 +450,8 @@ class TaskService:
         so that one task never runs twice at once."""
         self._drop_attempt(task.task_id)
         attempt = asyncio.create_task(self._run(task), name=f"task-{task.task_id}")
+        self._attempts.add(attempt)
+        attempt.add_done_callback(self._attempts.discard)
         self._running[task.task_id] = (task, attempt)
 
     def _drop_attempt(self, task_id: UUID) -> asyncio.Task[None] | None:
