@@ -278,6 +278,7 @@ SERVICE_PROBLEMS: dict[tuple[str, str], dict[int, str]] = {
         409: "The session is completed (session_status)."
     },
     ("POST", "/v1/sessions/{session_id}/pending/next"): {
+        400: "The Prefer header is longer than 1,024 characters.",
         409: "Nothing is waiting, or another caller is working on the next action.",
     },
     ("POST", "/v1/jobs/{name}/run"): {

@@ -783,6 +783,9 @@ PROVOKE: dict[tuple[str, str, int], Provocation] = {
     ("POST", "/v1/sessions/{session_id}/messages", 409): lambda p: _on_completed(
         p, "messages", {"text": "hello"}
     ),
+    ("POST", "/v1/sessions/{session_id}/pending/next", 400): lambda p: _nothing_pending(
+        p, {"Prefer": "wait=1, " + "x" * 1024}
+    ),
     ("POST", "/v1/sessions/{session_id}/pending/next", 409): lambda p: _nothing_pending(p),
     ("POST", "/v1/jobs/{name}/run", 409): _run_taken_over,
     ("POST", "/v1/sessions/{session_id}/restore", 409): lambda p: _restore_live(p),
@@ -828,9 +831,13 @@ async def _by_key_too_large(probe: Probe) -> httpx.Response:
     return await probe.client.put("/v1/memories/by-key", json=body)
 
 
-async def _nothing_pending(probe: Probe) -> httpx.Response:
+async def _nothing_pending(
+    probe: Probe, headers: dict[str, str] | None = None
+) -> httpx.Response:
     session = await create_session(probe.client)
-    return await probe.client.post(f"/v1/sessions/{session['session_id']}/pending/next")
+    return await probe.client.post(
+        f"/v1/sessions/{session['session_id']}/pending/next", headers=headers
+    )
 
 
 async def _restore_live(probe: Probe) -> httpx.Response:
