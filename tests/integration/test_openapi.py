@@ -831,9 +831,7 @@ async def _by_key_too_large(probe: Probe) -> httpx.Response:
     return await probe.client.put("/v1/memories/by-key", json=body)
 
 
-async def _nothing_pending(
-    probe: Probe, headers: dict[str, str] | None = None
-) -> httpx.Response:
+async def _nothing_pending(probe: Probe, headers: dict[str, str] | None = None) -> httpx.Response:
     session = await create_session(probe.client)
     return await probe.client.post(
         f"/v1/sessions/{session['session_id']}/pending/next", headers=headers
