@@ -146,6 +146,12 @@ class RateLimited(SwitchboardError):
         self.retry_after = retry_after
 
 
+class TooManyStreams(RateLimited):
+    """The key already holds as many open event streams as it may (per replica)."""
+
+    title, slug = "Too many streams", "too-many-streams"
+
+
 class ServiceUnavailable(SwitchboardError):
     """A dependency (usually PostgreSQL) cannot be reached right now; retry later."""
 
