@@ -140,7 +140,7 @@ SELECT
           AND v.change_reason LIKE 'handoff to %'))::integer AS handoffs,
     greatest(0, floor(extract(epoch FROM $4::timestamptz - (SELECT at FROM progressed))))::integer
         AS seconds_without_progress,
-    (SELECT coalesce(array_agg(e.error ORDER BY e.created_at DESC), '{}')
+    (SELECT coalesce(array_agg(e.error ORDER BY e.created_at DESC), ARRAY[]::text[])
      FROM (SELECT error, created_at FROM turns WHERE error IS NOT NULL
            ORDER BY created_at DESC LIMIT 5) e) AS last_errors
 
