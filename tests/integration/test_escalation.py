@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from datetime import timedelta
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -377,3 +378,59 @@ async def test_an_escalated_session_does_not_lapse(
         assert await conn.fetchval(lapse, sid) is False
     finally:
         await conn.close()
+
+
+@pytest.mark.parametrize("limits", [{"max_handoffs_without_progress": 2}])
+async def test_handoffs_without_progress_escalate_just_past_the_limit(
+    client: httpx.AsyncClient, agent: AgentServer, limits: dict[str, Any]
+) -> None:
+    """Handoffs (POST .../handoff here) count until the progress rises; the next event
+    after one too many asks for a person."""
+    await configure(client, PLAN_AGENT, url=agent.url, fail_max=50)
+    session = await create_session(client)
+    sid = session["session_id"]
+
+    async def hand_off(to: str) -> None:
+        response = await client.post(
+            f"/v1/sessions/{sid}/handoff",
+            json={"to_agent": to, "reason": "test"},
+            headers={"If-Match": "*"},
+        )
+        assert response.status_code == 200, response.text
+
+    await hand_off(PLAN_AGENT)
+    await hand_off(EDUCATE_AGENT)
+    within = (await send(client, sid, PLAN)).json()
+    assert within["next_step"]["inputs"]["counters"]["handoffs_without_progress"] == 2
+    assert within["session_status"] == "active"
+
+    # Progress rising starts the count again.
+    agent.reply = {"success": True, "output_data": {"response": "ok", "progress_percentage": 30}}
+    rose = (await send(client, sid, PLAN)).json()
+    assert rose["next_step"]["inputs"]["counters"]["handoffs_without_progress"] == 0
+    agent.reply = {"success": True, "output_data": {"response": "ok"}}
+
+    for to in (PLAN_AGENT, EDUCATE_AGENT, PLAN_AGENT):
+        await hand_off(to)
+    past = (await send(client, sid, PLAN)).json()
+    assert past["degraded"] is False  # answered, and then escalated
+    assert past["next_step"]["rule"] == "handoffs_without_progress"
+    assert past["next_step"]["inputs"]["counters"]["handoffs_without_progress"] == 3
+    assert past["session_status"] == "escalated"
+
+
+@pytest.mark.parametrize("limits", [{"max_age_without_progress": timedelta(seconds=1)}])
+async def test_a_session_without_progress_for_too_long_escalates(
+    client: httpx.AsyncClient, agent: AgentServer, limits: dict[str, Any]
+) -> None:
+    await configure(client, PLAN_AGENT, url=agent.url, fail_max=50)
+    session = await create_session(client)
+    sid = session["session_id"]
+    first = (await send(client, sid, PLAN)).json()
+    assert first["next_step"]["inputs"]["counters"]["seconds_without_progress"] <= 1
+    assert first["session_status"] == "active"
+    await asyncio.sleep(2.1)
+    late = (await send(client, sid, PLAN)).json()
+    assert late["next_step"]["inputs"]["counters"]["seconds_without_progress"] >= 2
+    assert late["next_step"]["rule"] == "stalled"
+    assert late["session_status"] == "escalated"
