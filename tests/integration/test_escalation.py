@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from datetime import timedelta
 from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import timedelta
 from typing import Any
 
 import httpx
