@@ -199,6 +199,9 @@ _IN_PROGRESS = (
 # must name an operation of the document (``complete`` checks).
 SERVICE_PROBLEMS: dict[tuple[str, str], dict[int, str]] = {
     ("GET", "/ready"): {503: "The database does not answer."},
+    # The card lists the registry's skills, read from PostgreSQL (app/a2a/card.py).
+    ("GET", "/.well-known/agent-card.json"): {503: "The database does not answer."},
+    ("GET", "/.well-known/agent.json"): {503: "The database does not answer."},
     ("POST", "/v1/agents"): {409: "An agent of this name already has a key (agent)."},
     ("GET", "/v1/agents/{name}/card"): {404: "The agent has published no card."},
     ("GET", "/v1/users"): {404: "No user has this external_ref."},
