@@ -244,7 +244,10 @@ class SwitchboardRequestHandler(RequestHandler):
         state = task.status.state
         interval = self._tasks.settings.poll_interval
         while state not in TERMINAL_STATES and state not in INTERRUPTED_STATES:
-            stored = await self._tasks.wait(task_id, interval)
+            try:
+                stored = await self._tasks.wait(task_id, interval)
+            except NotFound:  # deleted meanwhile (its session was): the stream ends so
+                raise TaskNotFoundError from None
             if STATES[stored.status] == state:
                 continue
             state = STATES[stored.status]

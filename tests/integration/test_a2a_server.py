@@ -46,6 +46,7 @@ from google.protobuf.json_format import MessageToDict
 from litestar import Litestar
 
 from app.asgi import create_app
+from app.auth.ratelimit import RateLimiter
 from app.server import bind, uvicorn_config
 from app.settings import (
     CoordinationSettings,
@@ -67,7 +68,13 @@ def settings() -> Settings:
     return Settings(
         database=DatabaseSettings(pool_min_size=1, pool_max_size=8),
         coordination=CoordinationSettings(rules_cache_seconds=0, wait_default_seconds=5),
-        tasks=TaskSettings(poll_interval=0.1, retry_base_seconds=0.05, retry_cap_seconds=0.1),
+        # One attempt of the planning agent at a time: a second message's task queues.
+        tasks=TaskSettings(
+            poll_interval=0.1,
+            retry_base_seconds=0.05,
+            retry_cap_seconds=0.1,
+            agent_concurrency={PLAN_AGENT: 1},
+        ),
         outbound=LOOPBACK_ALLOWED,
     )
 
@@ -318,13 +325,10 @@ async def test_streaming_shows_the_task_working_then_its_answer(
 
     assert events[0].HasField("task")
     assert events[0].task.context_id == sid
-    assert events[0].task.status.state in (
-        TaskState.TASK_STATE_SUBMITTED,
-        TaskState.TASK_STATE_WORKING,
-    )
+    # Submitted to run here, its attempt started at once.
+    assert events[0].task.status.state == TaskState.TASK_STATE_WORKING
     states = [e.status_update.status.state for e in events if e.HasField("status_update")]
-    assert states[-1] == TaskState.TASK_STATE_COMPLETED
-    assert len(states) == len(set(states))  # each state once
+    assert states == [TaskState.TASK_STATE_COMPLETED]
     [artifact] = [e.artifact_update for e in events if e.HasField("artifact_update")]
     assert artifact.task_id == events[0].task.id
     assert get_artifact_text(artifact.artifact) == ANSWER
@@ -590,3 +594,65 @@ async def test_an_a2a_0_3_client_is_served_on_the_same_endpoint(
         json={"jsonrpc": "2.0", "id": "g1", "method": "tasks/get", "params": {"id": result["id"]}},
     )
     assert got.json()["result"]["id"] == result["id"]
+
+
+class Gates:
+    """Holds the agent's n-th answer until the n-th gate opens."""
+
+    def __init__(self, count: int) -> None:
+        self.gates = [Gate() for _ in range(count)]
+        self.calls = 0
+
+    async def __call__(self) -> None:
+        gate = self.gates[self.calls]
+        self.calls += 1
+        await gate()
+
+
+async def test_a_queued_task_streams_submitted_working_and_completed(
+    http: httpx.AsyncClient, a2a: Client, agent: AgentServer
+) -> None:
+    await route_to(http, agent)
+    sid = await new_session(http)
+    gates = Gates(2)
+    agent.before_reply = gates
+    first_stream = a2a.send_message(message(PLAN, context_id=sid))
+    first = await anext(first_stream)
+    await gates.gates[0].entered.wait()
+
+    # The agent is at its limit (one attempt): the second message's task waits its turn.
+    events: list[StreamResponse] = []
+    seen_working = asyncio.Event()
+
+    async def read() -> None:
+        async for event in a2a.send_message(message(PLAN, context_id=sid)):
+            events.append(event)
+            if event.status_update.status.state == TaskState.TASK_STATE_WORKING:
+                seen_working.set()
+
+    reading = asyncio.create_task(read())
+    await eventually(lambda: asyncio.sleep(0, bool(events)))
+    assert events[0].task.status.state == TaskState.TASK_STATE_SUBMITTED
+    gates.gates[0].opened.set()  # the first answers; the worker claims the second
+    await asyncio.wait_for(seen_working.wait(), 10)
+    await gates.gates[1].entered.wait()
+    gates.gates[1].opened.set()
+    await asyncio.wait_for(reading, 10)
+
+    states = [e.status_update.status.state for e in events if e.HasField("status_update")]
+    assert states == [TaskState.TASK_STATE_WORKING, TaskState.TASK_STATE_COMPLETED]
+    assert events[-1].status_update.task_id == events[0].task.id != first.task.id
+    remaining = [event async for event in first_stream]
+    assert remaining[-1].status_update.status.state == TaskState.TASK_STATE_COMPLETED
+
+
+async def test_a2a_calls_spend_the_keys_rate_limit(
+    base_url: str, app: Litestar, http: httpx.AsyncClient
+) -> None:
+    app.state.rate_limiter = RateLimiter(0.001, 1)
+    body = {"jsonrpc": "2.0", "id": 1, "method": "ListTasks", "params": {}}
+    headers = {"A2A-Version": "1.0"}
+    assert (await http.post("/a2a", json=body, headers=headers)).status_code == 200
+    limited = await http.post("/a2a", json=body, headers=headers)
+    assert limited.status_code == 429
+    assert int(limited.headers["retry-after"]) >= 1
