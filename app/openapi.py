@@ -662,7 +662,9 @@ def document(app: Litestar) -> dict[str, Any]:
 _DESCRIPTION = """Session coordination for multi-agent systems.
 
 Every /v1 and /webhooks route needs `Authorization: Bearer <key>` or `X-API-Key: <key>`;
-/health, /ready, /metrics, /schema and /.well-known are public.
+/health, /ready, /metrics, /schema and /.well-known are public. `POST /a2a`, the A2A 1.0
+JSON-RPC endpoint (same keys), is described by the A2A agent card at
+/.well-known/agent-card.json rather than here; see docs/a2a.md.
 
 Every error is `application/problem+json` (the `Problem` schema); each operation lists the
 statuses it can answer with and why. Besides those, the HTTP server itself may refuse a
