@@ -7,6 +7,7 @@ JSON-RPC errors and the 401 of a call without a key."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -90,20 +91,28 @@ def app(settings: Settings, database_url: str) -> Litestar:
     )
 
 
-@pytest.fixture
-async def base_url(app: Litestar) -> AsyncIterator[str]:
-    """Switchboard served by uvicorn (as ``switchboard serve`` does) on 127.0.0.1."""
+@contextlib.asynccontextmanager
+async def serving(app: Litestar) -> AsyncIterator[str]:
+    """``app`` served by uvicorn (as ``switchboard serve`` does) on 127.0.0.1; its URL."""
     sock = bind("127.0.0.1", 0)
     port = sock.getsockname()[1]
     server = uvicorn.Server(uvicorn_config(app, ServerSettings(), host="127.0.0.1", port=port))
-    server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
-    serving = asyncio.create_task(server.serve(sockets=[sock]))
+    running = asyncio.create_task(server.serve(sockets=[sock]))
     while not server.started:
-        assert not serving.done(), "the server did not start"
+        assert not running.done(), "the server did not start"
         await asyncio.sleep(0.02)
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    await serving
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        await running
+
+
+@pytest.fixture
+async def base_url(app: Litestar) -> AsyncIterator[str]:
+    """Switchboard served by uvicorn on 127.0.0.1."""
+    async with serving(app) as url:
+        yield url
 
 
 @pytest.fixture
@@ -656,3 +665,75 @@ async def test_a2a_calls_spend_the_keys_rate_limit(
     limited = await http.post("/a2a", json=body, headers=headers)
     assert limited.status_code == 429
     assert int(limited.headers["retry-after"]) >= 1
+
+
+async def test_a_stream_on_another_replica_follows_the_task(
+    settings: Settings,
+    database_url: str,
+    http: httpx.AsyncClient,
+    a2a: Client,
+    agent: AgentServer,
+) -> None:
+    """The stream reads the durable task, not the process running it: a task run by one
+    replica is followed to its end by a client of another on the same database."""
+    await route_to(http, agent)
+    sid = await new_session(http)
+    gate = Gate()
+    agent.before_reply = gate
+    stream = a2a.send_message(message(PLAN, context_id=sid))
+    first = await anext(stream)
+    await stream.aclose()
+    await gate.entered.wait()
+
+    other = create_app(
+        settings, database_url=database_url, admin_key=ADMIN_KEY, run_scheduler=False
+    )
+    async with (
+        serving(other) as other_url,
+        httpx.AsyncClient(headers={"Authorization": f"Bearer {ADMIN_KEY}"}) as transport,
+    ):
+        elsewhere = await create_client(other_url, ClientConfig(httpx_client=transport))
+        events: list[StreamResponse] = []
+
+        async def read() -> None:
+            async for event in elsewhere.subscribe(SubscribeToTaskRequest(id=first.task.id)):
+                events.append(event)
+                if event.HasField("task"):
+                    gate.opened.set()
+
+        await asyncio.wait_for(read(), 15)
+        await elsewhere.close()
+    assert events[0].task.status.state == TaskState.TASK_STATE_WORKING
+    assert events[-1].status_update.status.state == TaskState.TASK_STATE_COMPLETED
+    assert get_message_text(events[-1].status_update.status.message) == ANSWER
+
+
+async def test_a_message_to_a_task_goes_to_its_session_unless_the_task_is_over(
+    http: httpx.AsyncClient, a2a_blocking: Client, agent: AgentServer
+) -> None:
+    await route_to(http, agent)
+    sid = await new_session(http)
+    gate = Gate()
+    agent.before_reply = gate
+    request = message(PLAN, context_id=sid)
+    request.configuration.return_immediately = True
+    [working] = await collect(a2a_blocking.send_message(request))
+    await gate.entered.wait()
+
+    # A task of one session named with another's contextId: refused, nothing sent.
+    mismatched = message(PLAN, context_id=await new_session(http))
+    mismatched.message.task_id = working.task.id
+    with pytest.raises(InvalidParamsError, match="not of context"):
+        await collect(a2a_blocking.send_message(mismatched))
+    assert len(agent.requests) == 1  # the working task's own
+    gate.opened.set()
+
+    follow_up = message(PLAN)
+    follow_up.message.task_id = working.task.id
+    [event] = await collect(a2a_blocking.send_message(follow_up))
+    assert event.task.context_id == sid  # no contextId, no user: the task's session
+
+    done = await a2a_blocking.get_task(GetTaskRequest(id=working.task.id))
+    assert done.status.state == TaskState.TASK_STATE_COMPLETED
+    with pytest.raises(UnsupportedOperationError, match="completed"):
+        await collect(a2a_blocking.send_message(follow_up))
