@@ -161,6 +161,10 @@ class SwitchboardRequestHandler(RequestHandler):
                     message=f"Task {task.task_id} is {task.status}; a terminal task takes no "
                     "more messages (send one without taskId to continue the context)."
                 )
+            if task.session_id is None:
+                raise InvalidParamsError(
+                    message=f"Task {task.task_id} belongs to no session: it takes no messages."
+                )
             if session_id is not None and task.session_id != session_id:
                 raise InvalidParamsError(
                     message=f"Task {task.task_id} is not of context {session_id}."

@@ -737,3 +737,28 @@ async def test_a_message_to_a_task_goes_to_its_session_unless_the_task_is_over(
     assert done.status.state == TaskState.TASK_STATE_COMPLETED
     with pytest.raises(UnsupportedOperationError, match="completed"):
         await collect(a2a_blocking.send_message(follow_up))
+
+
+async def test_a_task_of_no_session_takes_no_messages(
+    http: httpx.AsyncClient, a2a_blocking: Client
+) -> None:
+    queued = await http.post(
+        "/v1/tasks",
+        json={
+            "agent_name": PLAN_AGENT,
+            "input": {"message": "later"},
+            "scheduled_at": "2099-01-01T00:00:00Z",
+        },
+    )
+    assert queued.status_code in (201, 202), queued.text
+    body = queued.json()
+    task_id = body.get("task", body)["task_id"]
+    # It is an A2A task too: a context of its own, its input as the request.
+    task = await a2a_blocking.get_task(GetTaskRequest(id=task_id))
+    assert (task.context_id, task.status.state) == (task_id, TaskState.TASK_STATE_SUBMITTED)
+    assert MessageToDict(task.history[0].parts[0].data) == {"message": "later"}
+
+    follow_up = message(PLAN)
+    follow_up.message.task_id = task_id
+    with pytest.raises(InvalidParamsError, match="no session"):
+        await collect(a2a_blocking.send_message(follow_up))
