@@ -95,24 +95,25 @@ FROM next_step_rules ORDER BY position
 -- What the next-step decision counts (app/coordination/next_step.py), read from the
 -- session's decisions and versions since a person last resolved it: $1 the session, $2 and
 -- $3 the step (intent, agent) of the event, $4 now. Durable data only, so every replica
--- counts the same.
-WITH since AS (
+-- counts the same. The one-row CTEs are MATERIALIZED: inlined, a join against one of them
+-- re-ran its aggregate for every turn (quadratic: 1 s at 5,000 turns).
+WITH since AS MATERIALIZED (
     SELECT coalesce(max(created_at), '-infinity'::timestamptz) AS at
     FROM coordination_decisions WHERE session_id = $1 AND outcome = 'resolved'
-), turns AS (
+), turns AS MATERIALIZED (
     SELECT d.outcome, d.primary_intent, d.chosen_agent, d.error, d.response, d.next_step,
            d.created_at
     FROM coordination_decisions d, since
     WHERE d.session_id = $1 AND d.outcome IN ('agent', 'fallback') AND d.created_at > since.at
-), answered AS (
+), answered AS MATERIALIZED (
     SELECT coalesce(max(created_at), '-infinity'::timestamptz) AS at
     FROM turns WHERE outcome = 'agent'
-), step_answered AS (
+), step_answered AS MATERIALIZED (
     SELECT coalesce(max(created_at), '-infinity'::timestamptz) AS at
     FROM turns
     WHERE outcome = 'agent' AND primary_intent IS NOT DISTINCT FROM $2
       AND chosen_agent IS NOT DISTINCT FROM $3
-), progressed AS (
+), progressed AS MATERIALIZED (
     -- The progress last rose at the latest version whose progress is above its previous one.
     SELECT greatest(
         (SELECT max(v.created_at) FROM (
