@@ -9,7 +9,9 @@ where a failed orchestrator passes a request), ``dispatch`` (calling an agent),
 ``fallbacks`` (answering without it), ``memory_updates``, ``outcome`` (the decision, the
 session turn and the answer, made of what happened), ``turn`` (the session update),
 ``pending`` (the queue), ``prefer`` (the wait budget), ``tasks`` (an agent step as a task,
-and the wait) and ``completion`` (a task's late answer, applied to the session).
+and the wait), ``completion`` (a task's late answer, applied to the session), ``next_step``
+(what the session does next, by rules as data) and ``escalation`` (the next step's
+counters, manual intervention and its resolution).
 """
 
 from __future__ import annotations
