@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Generic, TypeVar
 
 from app.agents.schemas import Agent
 from app.agents.service import AgentService
+from app.clock import Clock
 from app.common.pagination import FIRST_PAGE, cut_page, decode_time_id_cursor
 from app.console import repository as repo
-from app.console.repository import ArchivedRow, SessionFilter, SessionRow
+from app.console.repository import AgentHour, ArchivedRow, SessionFilter, SessionRow
 from app.coordination.breaker_admin import BreakerAdmin
 from app.coordination.schemas import BreakerView
 from app.db.pool import Database
@@ -19,6 +21,8 @@ from app.jobs.schemas import JobInfo
 from app.jobs.service import JobService
 
 T = TypeVar("T")
+# The overview's window for each agent's task volume, failures and run time.
+LAST_HOUR = timedelta(hours=1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,6 +31,7 @@ class AgentRow:
 
     agent: Agent
     breaker: BreakerView
+    last_hour: AgentHour | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,9 +59,15 @@ class ConsoleReads:
     """The console's read model over the same database, agents, breakers and jobs."""
 
     def __init__(
-        self, database: Database, agents: AgentService, breakers: BreakerAdmin, jobs: JobService
+        self,
+        database: Database,
+        clock: Clock,
+        agents: AgentService,
+        breakers: BreakerAdmin,
+        jobs: JobService,
     ) -> None:
         self._db = database
+        self._clock = clock
         self._agents = agents
         self._breakers = breakers
         self._jobs = jobs
@@ -68,15 +79,21 @@ class ConsoleReads:
         return [AgentRow(agent, view) for agent, view in zip(listed, views, strict=True)]
 
     async def overview(self) -> Overview:
-        """Agents and breakers, sessions, tasks, dead letters, jobs and undelivered events."""
+        """Agents and breakers (with the last hour's tasks), sessions, tasks, dead letters,
+        jobs and undelivered events."""
         async with self._db.connection() as conn:
+            hour = await repo.agent_task_stats_since(conn, self._clock.now() - LAST_HOUR)
             sessions = await repo.sessions_by_status(conn)
             archived = await repo.archived_session_count(conn)
             tasks = await repo.tasks_by_status(conn)
             letters = await repo.open_dead_letter_count(conn)
             undelivered = await repo.undelivered_by_status(conn)
+        agents = [
+            AgentRow(row.agent, row.breaker, hour.get(row.agent.name))
+            for row in await self.agents()
+        ]
         return Overview(
-            agents=await self.agents(),
+            agents=agents,
             sessions_by_status=sessions,
             archived_sessions=archived,
             tasks_by_status=tasks,

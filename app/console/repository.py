@@ -56,6 +56,35 @@ class SessionFilter:
     created_until: datetime | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class AgentHour:
+    """An agent's tasks over a recent window: volume, failures, run time."""
+
+    tasks: int
+    failed: int
+    p50_ms: int | None
+    p95_ms: int | None
+
+    @property
+    def failure_percent(self) -> int:
+        """Failed tasks as a whole percentage of all."""
+        return round(100 * self.failed / self.tasks) if self.tasks else 0
+
+
+def uuid7_floor(when: datetime) -> UUID:
+    """The smallest uuid7 made at or after ``when`` (its 48-bit millisecond prefix, then 0)."""
+    return UUID(int=int(when.timestamp() * 1000) << 80)
+
+
+async def agent_task_stats_since(conn: Connection, since: datetime) -> dict[str, AgentHour]:
+    """Per agent: tasks created since ``since``, failures and run-time percentiles."""
+    rows = await conn.fetch(Q.agent_task_stats_since, uuid7_floor(since))
+    return {
+        row["agent_name"]: AgentHour(row["tasks"], row["failed"], row["p50_ms"], row["p95_ms"])
+        for row in rows
+    }
+
+
 async def counts_by_status(conn: Connection, query: str) -> dict[str, int]:
     """``{status: count}`` from one of the GROUP BY status queries."""
     return {row["status"]: row["n"] for row in await conn.fetch(query)}

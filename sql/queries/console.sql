@@ -40,3 +40,18 @@ FROM session_archive a JOIN users u ON u.id = a.user_id
 WHERE (a.archived_at, a.session_id) < ($1, $2)
 ORDER BY a.archived_at DESC, a.session_id DESC
 LIMIT $3
+
+-- name: agent_task_stats_since
+-- Per agent, the tasks created since the uuid7 bound $1 (task ids are uuid7: time-ordered,
+-- so the primary key finds them): how many, how many failed, and the p50 and p95 run time
+-- of those that finished.
+SELECT agent_name,
+       count(*) AS tasks,
+       count(*) FILTER (WHERE status = 'failed') AS failed,
+       (percentile_cont(0.5) WITHIN GROUP (
+           ORDER BY extract(epoch FROM finished_at - started_at)) * 1000)::bigint AS p50_ms,
+       (percentile_cont(0.95) WITHIN GROUP (
+           ORDER BY extract(epoch FROM finished_at - started_at)) * 1000)::bigint AS p95_ms
+FROM agent_tasks
+WHERE task_id >= $1
+GROUP BY agent_name

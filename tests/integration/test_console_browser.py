@@ -260,6 +260,8 @@ async def test_an_operator_round_trip(
     assert await page.get_by_role("heading", name="Overview").is_visible()
     assert ADMIN_KEY not in await page.content()
     assert "key" not in page.url
+    picky = await page.locator("tr", has_text="Picky_Agent").first.inner_text()
+    assert "1 (100 %)" in picky  # its one task of the last hour failed
     await screenshot(page, "overview.png", tmp_path)
     # Keyboard first: the first Tab stop is the skip link, and it leads to the content.
     await page.keyboard.press("Tab")
