@@ -41,6 +41,16 @@ from app.tasks.service import TaskService
 
 AnyRequest = Request[Any, Any, Any]
 SESSION_STATUSES = ("active", "idle", "completed", "escalated")
+TASK_STATUSES = (
+    "submitted",
+    "working",
+    "input-required",
+    "auth-required",
+    "completed",
+    "failed",
+    "canceled",
+    "rejected",
+)
 DEAD_LETTER_STATES = ("open", "requeued", "discarded", "all")
 BREAKER_STATES = ("open", "closed")
 # Short lists on the session page; each links to the full, paged list where there is one.
@@ -432,13 +442,37 @@ class ConsoleController(Controller):
         await tasks.discard(dead_letter_id, operator.principal, reason)
         return _done("/console/dead-letters", "discarded")
 
+    @get("/tasks")
+    async def tasks_list(
+        self,
+        request: AnyRequest,
+        console_reads: NamedDependency[ConsoleReads],
+        status: FromQuery[str | None] = None,
+        agent: FromQuery[str | None] = None,
+        cursor: FromQuery[str | None] = None,
+    ) -> Template:
+        """Every task, filtered by status and agent, newest first."""
+        chosen = _choice(status, TASK_STATUSES, "status")
+        name = (agent or "").strip() or None
+        page = await console_reads.tasks(chosen, name, DEFAULT_LIMIT, cursor)
+        query = {"status": chosen or "", "agent": name or ""}
+        return _page(
+            request,
+            "tasks.html",
+            nav="tasks",
+            page=page,
+            query=query,
+            statuses=TASK_STATUSES,
+            next_query=urlencode({**query, "cursor": page.next_cursor or ""}),
+        )
+
     @get("/tasks/{task_id:uuid}")
     async def task(
         self, request: AnyRequest, task_id: FromPath[UUID], tasks: NamedDependency[TaskService]
     ) -> Template:
         """One task: input, result, error, trace id and its transitions."""
         detail = await tasks.detail(task_id, operator_of(request).principal)
-        return _page(request, "task.html", nav="dead-letters", d=detail)
+        return _page(request, "task.html", nav="tasks", d=detail)
 
     # -- jobs --------------------------------------------------------------------------
 

@@ -13,7 +13,7 @@ from app.agents.service import AgentService
 from app.clock import Clock
 from app.common.pagination import FIRST_PAGE, cut_page, decode_time_id_cursor
 from app.console import repository as repo
-from app.console.repository import AgentHour, ArchivedRow, SessionFilter, SessionRow
+from app.console.repository import AgentHour, ArchivedRow, SessionFilter, SessionRow, TaskRow
 from app.coordination.breaker_admin import BreakerAdmin
 from app.coordination.schemas import BreakerView
 from app.db.pool import Database
@@ -118,4 +118,14 @@ class ConsoleReads:
         async with self._db.connection() as conn:
             rows = await repo.list_archived_sessions(conn, before, limit + 1)
         items, next_cursor = cut_page(rows, limit, lambda r: (r.archived_at, r.session_id))
+        return Page(items, next_cursor)
+
+    async def tasks(
+        self, status: str | None, agent: str | None, limit: int, cursor: str | None
+    ) -> Page[TaskRow]:
+        """Tasks by status and agent, newest first."""
+        before = decode_time_id_cursor(cursor) if cursor else FIRST_PAGE
+        async with self._db.connection() as conn:
+            rows = await repo.list_tasks(conn, status, agent, before, limit + 1)
+        items, next_cursor = cut_page(rows, limit, lambda r: (r.created_at, r.task_id))
         return Page(items, next_cursor)

@@ -46,6 +46,24 @@ class ArchivedRow:
 
 
 @dataclass(frozen=True, slots=True)
+class TaskRow:
+    """One line of the task list."""
+
+    task_id: UUID
+    session_id: UUID | None
+    agent_name: str
+    kind: str
+    status: str
+    attempt: int
+    max_attempts: int
+    created_by: str
+    created_at: datetime
+    finished_at: datetime | None
+    last_error: str | None
+    trace_id: str | None
+
+
+@dataclass(frozen=True, slots=True)
 class SessionFilter:
     """What the session search narrows by; None skips a filter."""
 
@@ -139,3 +157,15 @@ async def list_archived_sessions(
     """Archived sessions, newest first, strictly before the cursor ``before``."""
     rows = await conn.fetch(Q.list_archived_sessions, before[0], before[1], limit)
     return [ArchivedRow(**dict(row)) for row in rows]
+
+
+async def list_tasks(
+    conn: Connection,
+    status: str | None,
+    agent: str | None,
+    before: tuple[datetime, UUID],
+    limit: int,
+) -> list[TaskRow]:
+    """Tasks of every session and agent, newest first, strictly before the cursor."""
+    rows = await conn.fetch(Q.list_tasks, status, agent, before[0], before[1], limit)
+    return [TaskRow(**dict(row)) for row in rows]

@@ -55,3 +55,14 @@ SELECT agent_name,
 FROM agent_tasks
 WHERE task_id >= $1
 GROUP BY agent_name
+
+-- name: list_tasks
+-- Keyset page, newest first; each filter is skipped when NULL: $1 status, $2 agent.
+SELECT task_id, session_id, agent_name, kind, status, attempt, max_attempts, created_by,
+       created_at, finished_at, last_error, trace_id
+FROM agent_tasks
+WHERE ($1::text IS NULL OR status = $1)
+  AND ($2::text IS NULL OR agent_name = $2)
+  AND (created_at, task_id) < ($3, $4)
+ORDER BY created_at DESC, task_id DESC
+LIMIT $5

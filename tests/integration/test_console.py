@@ -450,3 +450,27 @@ async def test_jobs_page_and_dry_run(admin: httpx.AsyncClient, client: httpx.Asy
         "/console/jobs/nope/run", data={"csrf_token": csrf, "dry_run": "true"}
     )
     assert unknown.status_code == 404
+
+
+async def test_tasks_are_listed_and_filtered(
+    admin: httpx.AsyncClient, client: httpx.AsyncClient
+) -> None:
+    for name in ("worker-1", "worker-2"):
+        made = await client.post("/v1/agents", json={"name": name, "url": "http://127.0.0.1:9/"})
+        assert made.status_code == 201, made.text
+    submitted = {}
+    for name in ("worker-1", "worker-1", "worker-2"):
+        task = await client.post("/v1/tasks", json={"agent_name": name, "input": {"q": 1}})
+        assert task.status_code == 201, task.text
+        submitted[task.json()["task_id"]] = name
+    page = await admin.get("/console/tasks", params={"agent": "worker-1", "status": "submitted"})
+    assert page.status_code == 200
+    shown = set(re.findall(r'href="/console/tasks/([0-9a-f-]{36})"', page.text))
+    assert shown == {task for task, name in submitted.items() if name == "worker-1"}
+    none = await admin.get("/console/tasks", params={"status": "completed"})
+    assert not re.findall(r'href="/console/tasks/([0-9a-f-]{36})"', none.text)
+    one = next(iter(submitted))
+    detail = await admin.get(f"/console/tasks/{one}")
+    assert detail.status_code == 200
+    assert "&#34;q&#34;: 1" in detail.text or '"q": 1' in detail.text
+    assert (await admin.get("/console/tasks", params={"status": "asleep"})).status_code == 400
