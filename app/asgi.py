@@ -13,6 +13,10 @@ from litestar.datastructures import State
 from litestar.di import Provide
 from litestar.middleware.base import DefineMiddleware
 
+from app.a2a.controller import AgentCardController
+from app.a2a.handler import SwitchboardRequestHandler
+from app.a2a.route import BODY_LIMIT_STATE, DISPATCHER_STATE, a2a_dispatcher, a2a_endpoint
+from app.a2a.store import AgentTaskStore
 from app.agents.controller import AgentController, SkillController
 from app.auth.middleware import PUBLIC_PATHS, ApiKeyAuthMiddleware
 from app.auth.ratelimit import RateLimiter
@@ -24,7 +28,6 @@ from app.common.parameters import ParameterRules
 from app.common.validation import StrictRequestModels
 from app.console import CONSOLE_PATHS, console_parts
 from app.coordination.controller import (
-    AgentCardController,
     BreakerController,
     IntentController,
     SessionMessageController,
@@ -191,6 +194,7 @@ def create_app(
             SessionMessageController,
             BreakerController,
             AgentCardController,
+            a2a_endpoint,
             JobController,
             SubscriptionController,
             EventController,
@@ -238,6 +242,15 @@ def create_app(
                 "settings": settings,
                 "clock": clock,
                 "console_auth": console.auth if console is not None else None,
+                DISPATCHER_STATE: a2a_dispatcher(
+                    SwitchboardRequestHandler(
+                        services.coordinator,
+                        services.tasks,
+                        services.webhooks,
+                        AgentTaskStore(services.tasks),
+                    )
+                ),
+                BODY_LIMIT_STATE: settings.max_body_bytes,
                 "rate_limiter": RateLimiter(
                     settings.server.rate_limit_per_second, settings.server.rate_limit_burst
                 ),
