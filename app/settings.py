@@ -401,6 +401,23 @@ class WebhookSettings(BaseSettings):
     signature_tolerance: timedelta = timedelta(minutes=5)
 
 
+class ConsoleSettings(BaseSettings):
+    """The operator console at /console (app/console)."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="SWITCHBOARD_CONSOLE_", extra="ignore", env_ignore_empty=True
+    )
+
+    # Serve /console at all.
+    enabled: bool = True
+    # How long a sign-in lasts; the cookie and its signed expiry both end then.
+    session_seconds: int = Field(default=8 * 3600, ge=1, le=7 * 24 * 3600)
+    # Signs the console's session cookies. Unset: derived from the admin key, so every
+    # replica that shares the admin key accepts the same cookies, and a new admin key
+    # signs everyone out.
+    secret: str | None = Field(default=None, min_length=32)
+
+
 Scheme = Literal["http", "https"]
 _SCHEMES: tuple[Scheme, ...] = ("http", "https")
 
@@ -486,6 +503,7 @@ class Settings(BaseSettings):
     webhooks: WebhookSettings = Field(default_factory=WebhookSettings)
     tasks: TaskSettings = Field(default_factory=TaskSettings)
     outbound: OutboundSettings = Field(default_factory=OutboundSettings)
+    console: ConsoleSettings = Field(default_factory=ConsoleSettings)
 
     @property
     def max_body_bytes(self) -> int:
