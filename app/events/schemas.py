@@ -21,7 +21,7 @@ EVENT_TYPES = (
     "task.failed",
     # A durable task failed for good (app/tasks/; written by agent_task_dead_lettered).
     "task.dead_lettered",
-    # (revision 0022) Every new version of a session (session_version_told in schema.sql);
+    # (revision 0023) Every new version of a session (session_version_told in schema.sql);
     # a handoff's version is session.handoff instead.
     "session.version",
     "session.handoff",
@@ -29,6 +29,10 @@ EVENT_TYPES = (
     "task.transition",
     # A circuit breaker changed state (save_breaker in coordination.sql).
     "breaker.changed",
+    # A session waits for a person (session_escalate: the next-step decision or a dead
+    # letter) and a person resolved it (app/coordination/escalation.py).
+    "session.escalated",
+    "session.resolved",
 )
 EventType = Literal[
     "session.expiring",
@@ -45,6 +49,8 @@ EventType = Literal[
     "session.handoff",
     "task.transition",
     "breaker.changed",
+    "session.escalated",
+    "session.resolved",
 ]
 
 

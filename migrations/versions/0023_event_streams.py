@@ -16,8 +16,8 @@ New events: ``session.version`` (every new version of a session; ``session.hando
 a handoff's), ``task.transition`` (every task transition), ``breaker.changed`` (a
 breaker's state changed).
 
-Revision ID: 0022
-Revises: 0021
+Revision ID: 0023
+Revises: 0022
 Create Date: 2026-11-24
 """
 
@@ -25,8 +25,8 @@ from __future__ import annotations
 
 from migrations.sqlscript import run_sql
 
-revision = "0022"
-down_revision = "0021"
+revision = "0023"
+down_revision = "0022"
 branch_labels = None
 depends_on = None
 
