@@ -277,6 +277,9 @@ SERVICE_PROBLEMS: dict[tuple[str, str], dict[int, str]] = {
     ("POST", "/v1/sessions/{session_id}/messages"): {
         409: "The session is completed (session_status)."
     },
+    ("POST", "/v1/sessions/{session_id}/branches/{name}/messages"): {
+        409: f"The branch was merged (branch_state), {_CLOSED}",
+    },
     ("POST", "/v1/sessions/{session_id}/pending/next"): {
         400: "The Prefer header is longer than 1,024 characters.",
         409: "Nothing is waiting, or another caller is working on the next action.",

@@ -25,6 +25,7 @@ from app.coordination.completion import TaskCompletion
 from app.coordination.dispatch import AgentClient
 from app.coordination.rules import RulesService
 from app.coordination.service import CoordinationService
+from app.coordination.target import TurnTargets
 from app.coordination.tasks import COORDINATOR_KINDS, AgentTasks
 from app.db.pool import Database
 from app.db.presence import ReplicaPresence
@@ -122,8 +123,17 @@ class Services:
         # one attempt each (agent_tasks), and, for a task whose caller stopped waiting,
         # its end applied to the session and announced (task_completion).
         self.agent_tasks = AgentTasks(self.tasks, self.agent_call)
+        # Where a turn is read and written: the session itself or one of its branches.
+        self.turn_targets = TurnTargets(
+            database,
+            self.sessions,
+            self.memories,
+            self.branches,
+            self.branch_memories,
+            settings.coordination.branch_context_memories,
+        )
         self.task_completion = TaskCompletion(
-            database, clock, self.sessions, self.memories, self.breakers, self.events
+            database, clock, self.turn_targets, self.breakers, self.events
         )
         for kind in COORDINATOR_KINDS:
             self.tasks.register(kind, self.agent_tasks.attempt, self.task_completion.finished)
@@ -132,7 +142,7 @@ class Services:
             clock,
             settings.coordination,
             self.sessions,
-            self.memories,
+            self.turn_targets,
             self.rules,
             self.breakers,
             self.agent_client,

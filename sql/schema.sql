@@ -427,7 +427,11 @@ CREATE TABLE coordination_decisions (
     -- The agent task behind the answer (revision 0021): the one the request waited for,
     -- stopped waiting for, or whose late answer this records. No foreign key: the decision
     -- outlives the task's row.
-    task_id uuid
+    task_id uuid,
+    -- The branch the turn was written to (revision 0022), NULL for the session itself;
+    -- session_version is then the branch's version. No foreign key: the decision outlives
+    -- the branch.
+    branch text
 );
 
 CREATE INDEX coordination_decisions_session_idx

@@ -7,10 +7,12 @@ from typing import Any
 from uuid import UUID
 
 import asyncpg
+import msgspec
 
 from app.branches.schemas import MAIN, Branch, BranchVersion
 from app.db.pool import Connection
 from app.db.queries import QUERIES
+from app.events.schemas import NewEvent
 from app.sessions.schemas import SessionContent
 from app.sessions.state import show_mirrors, storage_json
 
@@ -118,9 +120,13 @@ async def update_branch_content(
     *,
     rebased_onto: int | None = None,
     merge_base: int | None = None,
-) -> Branch | None:
+    decision: msgspec.Struct | None = None,
+    event: NewEvent | None = None,
+) -> tuple[Branch, UUID | None] | None:
     """Write new content as the branch's next version if it is still open at the version
-    ``branch`` has; None otherwise."""
+    ``branch`` has; None otherwise. A coordinator's change comes with its ``decision``
+    (stored naming the branch; its id comes back with the branch) and ``event`` (to the
+    outbox), written by the same statement."""
     state, sequence, metadata = storage_json(content)
     row = await conn.fetchrow(
         Q.update_branch_content,
@@ -138,8 +144,11 @@ async def update_branch_content(
         change_reason,
         rebased_onto,
         merge_base,
+        None if decision is None else msgspec.to_builtins(decision),
+        None if event is None else event.event_type,
+        None if event is None else event.payload,
     )
-    return None if row is None else _branch(row)
+    return None if row is None else (_branch(row), row["decision_id"])
 
 
 async def mark_branch_merged(

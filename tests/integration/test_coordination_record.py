@@ -51,6 +51,7 @@ DECISION_FIELDS = [
     "created_at",
     "trace_id",
     "task_id",
+    "branch",
 ]
 
 
