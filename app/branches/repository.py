@@ -13,21 +13,16 @@ from app.branches.schemas import MAIN, Branch, BranchVersion
 from app.db.pool import Connection
 from app.db.queries import QUERIES
 from app.events.schemas import NewEvent
+from app.sessions.repository import document_fields, version_fields
 from app.sessions.schemas import SessionContent
-from app.sessions.state import show_mirrors, storage_json
+from app.sessions.state import storage_json
 
 Q = QUERIES.branches
 
 
 def _branch(row: asyncpg.Record) -> Branch:
-    state, metadata = show_mirrors(
-        row["session_state"],
-        row["coordination_metadata"],
-        row["progress_percentage"],
-        row["priority"],
-    )
     return Branch(
-        session_id=row["session_id"],
+        **document_fields(row),
         name=row["name"],
         parent=MAIN,
         purpose=row["purpose"],
@@ -35,13 +30,6 @@ def _branch(row: asyncpg.Record) -> Branch:
         state=row["state"],
         base_version=row["base_version"],
         forked_at_version=row["forked_at_version"],
-        version=row["version"],
-        session_state=state,
-        agent_sequence=row["agent_sequence"],
-        coordination_metadata=metadata,
-        current_agent=row["current_agent"],
-        progress_percentage=row["progress_percentage"],
-        priority=row["priority"],
         merged_version=row["merged_version"],
         created_by=row["created_by"],
         created_at=row["created_at"],
@@ -51,27 +39,8 @@ def _branch(row: asyncpg.Record) -> Branch:
 
 
 def _version(row: asyncpg.Record) -> BranchVersion:
-    state, metadata = show_mirrors(
-        row["session_state"],
-        row["coordination_metadata"],
-        row["progress_percentage"],
-        row["priority"],
-    )
     return BranchVersion(
-        session_id=row["session_id"],
-        branch=row["branch"],
-        version=row["version"],
-        session_state=state,
-        agent_sequence=row["agent_sequence"],
-        coordination_metadata=metadata,
-        current_agent=row["current_agent"],
-        progress_percentage=row["progress_percentage"],
-        priority=row["priority"],
-        changed_by=row["changed_by"],
-        change_reason=row["change_reason"],
-        created_at=row["created_at"],
-        merge_base=row["merge_base"],
-        parent_version=row["parent_version"],
+        **version_fields(row), branch=row["branch"], parent_version=row["parent_version"]
     )
 
 

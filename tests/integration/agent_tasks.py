@@ -30,6 +30,7 @@ from app.settings import (
 )
 from tests.agent_server import AgentServer
 from tests.conftest import ADMIN_KEY, LOOPBACK_ALLOWED
+from tests.integration.helpers import create_session
 
 SECRET = "s" * 32
 PLAN = "Please make a plan for my savings"
@@ -92,15 +93,46 @@ async def events(database_url: str) -> AsyncIterator[EventService]:
     await database.close()
 
 
-def agent_slow_until_released(agent: AgentServer) -> asyncio.Event:
-    """Hold the agent's answers until the returned event is set."""
+def agent_slow_until_released(
+    agent: AgentServer, called: asyncio.Event | None = None
+) -> asyncio.Event:
+    """Hold the agent's answers until the returned event is set (``called`` is set when a
+    request has arrived)."""
     release = asyncio.Event()
 
     async def slow() -> None:
+        if called is not None:
+            called.set()
         await release.wait()
 
     agent.before_reply = slow
     return release
+
+
+async def plan_session(client: httpx.AsyncClient, agent: AgentServer, **fields: Any) -> str:
+    """Make_Plan_Agent at the agent's URL (with these ``fields``), and a new session's id."""
+    await configure(client, PLAN_AGENT, url=agent.url, **fields)
+    session = await create_session(client)
+    sid: str = session["session_id"]
+    return sid
+
+
+async def session_when(
+    client: httpx.AsyncClient, sid: str, ready: Callable[[dict[str, Any]], bool]
+) -> dict[str, Any]:
+    """The session once ``ready`` says so (fails after the wait of ``eventually``)."""
+
+    async def read() -> dict[str, Any] | None:
+        current: dict[str, Any] = (await client.get(f"/v1/sessions/{sid}")).json()
+        return current if ready(current) else None
+
+    found: dict[str, Any] = await eventually(read)
+    return found
+
+
+def answered_by_plan_agent(session: dict[str, Any]) -> bool:
+    """Make_Plan_Agent's output is in the session."""
+    return PLAN_AGENT in session["session_state"]["agent_outputs"]
 
 
 async def configure(client: httpx.AsyncClient, name: str, **fields: Any) -> None:
