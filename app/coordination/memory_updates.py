@@ -61,13 +61,8 @@ async def apply_branch_memory_updates(
     async def store(update: MemoryUpdate) -> None:
         if update.category is None or update.key is None:
             raise ValidationFailed(UNNAMED_ON_BRANCH)
-        write = BranchMemoryWrite(
-            category=update.category,
-            key=update.key,
-            memory_type=update.memory_type,
-            content=update.content,
-            access_level=update.access_level,
-        )
+        # The update's fields but its scope: a branch's value is the branch's.
+        write = BranchMemoryWrite(**update.model_dump(exclude={"scope"}))
         await memories.put(session_id, branch, write, None, False, principal)
 
     return await _each(response, store)

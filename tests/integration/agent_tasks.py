@@ -93,6 +93,27 @@ async def events(database_url: str) -> AsyncIterator[EventService]:
     await database.close()
 
 
+# Awaited with a count: the first that many events the subscriber received.
+Told = Callable[[int], Awaitable[list[dict[str, Any]]]]
+
+
+@pytest.fixture
+async def told(client: httpx.AsyncClient, subscriber: AgentServer, events: EventService) -> Told:
+    """The subscriber subscribed to task.completed and task.failed; ``await told(n)``
+    delivers what is due until it received ``n`` events, and returns them."""
+    await subscribe(client, subscriber.url)
+
+    async def received(count: int) -> list[dict[str, Any]]:
+        return await delivered(events, subscriber, count)
+
+    return received
+
+
+# Every fixture above, for a test module to take in one line (pytest finds a fixture by
+# the name it has in the test's module).
+FIXTURES = (settings, app, agent, subscriber, events, told)
+
+
 def agent_slow_until_released(
     agent: AgentServer, called: asyncio.Event | None = None
 ) -> asyncio.Event:

@@ -9,29 +9,23 @@ from typing import Any
 
 import httpx
 
-from app.events.service import EventService
 from tests.agent_server import AgentServer
 from tests.integration import agent_tasks
 from tests.integration.agent_tasks import (
     PLAN,
     PLAN_AGENT,
+    Told,
     agent_slow_until_released,
     configure,
     decisions,
-    delivered,
     eventually,
     post_message,
-    subscribe,
     task_of,
 )
 from tests.integration.helpers import assert_problem, create_session, if_match
 
-# The fixtures of the coordinator's task tests (pytest finds them by these names).
-settings = agent_tasks.settings
-app = agent_tasks.app
-agent = agent_tasks.agent
-subscriber = agent_tasks.subscriber
-events = agent_tasks.events
+# The fixtures (pytest finds them by these names).
+settings, app, agent, subscriber, events, told = agent_tasks.FIXTURES
 
 CATEGORY = "agent_outputs"
 BRANCH = "alt"
@@ -211,13 +205,9 @@ async def test_merging_the_branch_brings_the_turn_to_main(
 
 
 async def test_a_late_answer_lands_on_the_branch_it_came_from(
-    client: httpx.AsyncClient,
-    agent: AgentServer,
-    subscriber: AgentServer,
-    events: EventService,
+    client: httpx.AsyncClient, agent: AgentServer, told: Told
 ) -> None:
     await configure(client, PLAN_AGENT, url=agent.url)
-    await subscribe(client, subscriber.url)
     answering(agent, NAMED_MEMORY)
     release = agent_slow_until_released(agent)
     forked = await Forked.make(client)
@@ -264,7 +254,7 @@ async def test_a_late_answer_lands_on_the_branch_it_came_from(
         3,
     )
 
-    [event] = await delivered(events, subscriber, 1)
+    [event] = await told(1)
     payload = event["payload"]
     assert (event["event_type"], payload["task_id"], payload["branch"]) == (
         "task.completed",
@@ -280,13 +270,9 @@ async def test_a_late_answer_lands_on_the_branch_it_came_from(
 
 
 async def test_a_late_answer_for_a_merged_branch_is_announced_not_applied(
-    client: httpx.AsyncClient,
-    agent: AgentServer,
-    subscriber: AgentServer,
-    events: EventService,
+    client: httpx.AsyncClient, agent: AgentServer, told: Told
 ) -> None:
     await configure(client, PLAN_AGENT, url=agent.url)
-    await subscribe(client, subscriber.url)
     release = agent_slow_until_released(agent)
     forked = await Forked.make(client)
     accepted = await post_message(client, forked.sid, PLAN, "respond-async", branch=BRANCH)
@@ -298,7 +284,7 @@ async def test_a_late_answer_for_a_merged_branch_is_announced_not_applied(
 
     release.set()
 
-    [event] = await delivered(events, subscriber, 1)
+    [event] = await told(1)
     payload = event["payload"]
     assert (event["event_type"], payload["branch"], payload["applied"]) == (
         "task.completed",

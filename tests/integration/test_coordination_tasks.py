@@ -32,11 +32,7 @@ from tests.integration.agent_tasks import (
 from tests.integration.helpers import assert_problem, create_session
 
 # The fixtures (pytest finds them by these names).
-settings = agent_tasks.settings
-app = agent_tasks.app
-agent = agent_tasks.agent
-subscriber = agent_tasks.subscriber
-events = agent_tasks.events
+settings, app, agent, subscriber, events, told = agent_tasks.FIXTURES
 
 
 async def test_a_fast_agent_answers_within_the_budget_as_before_plus_its_task(
