@@ -13,6 +13,10 @@ from litestar.datastructures import State
 from litestar.di import Provide
 from litestar.middleware.base import DefineMiddleware
 
+from app.a2a.controller import AgentCardController
+from app.a2a.handler import SwitchboardRequestHandler
+from app.a2a.route import BODY_LIMIT_STATE, DISPATCHER_STATE, a2a_dispatcher, a2a_endpoint
+from app.a2a.store import AgentTaskStore
 from app.agents.controller import AgentController, SkillController
 from app.auth.middleware import PUBLIC_PATHS, ApiKeyAuthMiddleware
 from app.auth.ratelimit import RateLimiter
@@ -23,7 +27,6 @@ from app.common.options import AllowedMethods
 from app.common.parameters import ParameterRules
 from app.common.validation import StrictRequestModels
 from app.coordination.controller import (
-    AgentCardController,
     BreakerController,
     IntentController,
     SessionMessageController,
@@ -185,6 +188,7 @@ def create_app(
             SessionMessageController,
             BreakerController,
             AgentCardController,
+            a2a_endpoint,
             JobController,
             SubscriptionController,
             EventController,
@@ -227,6 +231,15 @@ def create_app(
                 "agent_service": services.agents,
                 "settings": settings,
                 "clock": clock,
+                DISPATCHER_STATE: a2a_dispatcher(
+                    SwitchboardRequestHandler(
+                        services.coordinator,
+                        services.tasks,
+                        services.webhooks,
+                        AgentTaskStore(services.tasks),
+                    )
+                ),
+                BODY_LIMIT_STATE: settings.max_body_bytes,
                 "rate_limiter": RateLimiter(
                     settings.server.rate_limit_per_second, settings.server.rate_limit_burst
                 ),

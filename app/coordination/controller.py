@@ -1,5 +1,5 @@
 """HTTP routes for coordination: analysis, messages, pending actions, decisions, intent
-rules, breakers, and Switchboard's own A2A agent card."""
+rules and breakers (Switchboard's own A2A agent card is app/a2a/controller.py)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,6 @@ from litestar.params import FromPath, HeaderParameter, JSONBody, QueryParameter
 
 from app.auth.guards import admin_only
 from app.auth.principal import Principal
-from app.common.jsontypes import JsonObject
 from app.common.pagination import DEFAULT_LIMIT, MAX_LIMIT
 from app.coordination.breaker_admin import BreakerAdmin
 from app.coordination.prefer import WaitBudget, parse_prefer
@@ -241,56 +240,3 @@ class BreakerController(Controller):
     ) -> BreakerView:
         """``open`` isolates the agent (fallbacks only, on every replica) until ``closed``."""
         return await breaker_admin.set_breaker(name, data.state)
-
-
-class AgentCardController(Controller):
-    """Switchboard's own A2A agent card (public)."""
-
-    path = "/.well-known"
-    tags = ["agents"]
-
-    @get(["/agent-card.json", "/agent.json"], summary="Switchboard's A2A agent card")
-    async def card(self, request: Request[Any, Any, Any]) -> JsonObject:
-        """What Switchboard offers, for A2A clients (``agent.json`` for older ones)."""
-        base = str(request.base_url).rstrip("/")
-        return {
-            "protocolVersion": "0.3.0",
-            "name": "Switchboard",
-            "description": (
-                "Session coordination for multi-agent systems: shared session state, "
-                "memories, intent routing and circuit-broken agent calls."
-            ),
-            "url": f"{base}/v1",
-            "version": request.app.openapi_config.version if request.app.openapi_config else "",
-            "capabilities": {"streaming": False, "pushNotifications": False},
-            "defaultInputModes": ["application/json"],
-            "defaultOutputModes": ["application/json"],
-            "securitySchemes": {
-                "bearer": {"type": "http", "scheme": "bearer"},
-                "apiKey": {"type": "apiKey", "in": "header", "name": "X-API-Key"},
-            },
-            "security": [{"bearer": []}, {"apiKey": []}],
-            "skills": [
-                {
-                    "id": "coordinate_message",
-                    "name": "Coordinate a message",
-                    "description": "Route a user message to the right agent, with fallbacks.",
-                    "tags": ["coordination", "routing", "intent"],
-                    "examples": ["I lost my job and need a new budget"],
-                },
-                {
-                    "id": "session_state",
-                    "name": "Shared session state",
-                    "description": "Versioned, conflict-safe session state for every agent.",
-                    "tags": ["session", "state"],
-                    "examples": ["What is the current agent of session X?"],
-                },
-                {
-                    "id": "shared_memory",
-                    "name": "Shared memory",
-                    "description": "Memories with retention and access levels.",
-                    "tags": ["memory"],
-                    "examples": ["Remember the user's risk tolerance"],
-                },
-            ],
-        }

@@ -203,3 +203,27 @@ SELECT d.*, t.agent_name, t.kind, t.session_id, t.user_id, t.attempt AS attempts
 FROM dead_letters d
 JOIN agent_tasks t USING (task_id)
 WHERE d.dead_letter_id = $1
+
+-- name: list_visible_tasks
+-- The A2A ListTasks page (app/a2a): newest first, keyset before ($5, $6). $1: the caller
+-- whose tasks these are (submitted by it or for it), NULL for every task (the admin, or a
+-- session's tasks, which every key may read); $2: the session (the A2A contextId) or NULL;
+-- $3: a status or NULL; $4: last changed at or after, or NULL. The filters are optional
+-- parameters rather than one query each: a page is read per ListTasks call, and the
+-- session's index serves the contextId case.
+SELECT * FROM agent_tasks
+WHERE ($1::text IS NULL OR created_by = $1 OR agent_name = $1)
+  AND ($2::uuid IS NULL OR session_id = $2)
+  AND ($3::text IS NULL OR status = $3)
+  AND ($4::timestamptz IS NULL OR coalesce(finished_at, started_at, created_at) >= $4)
+  AND (created_at, task_id) < ($5, $6)
+ORDER BY created_at DESC, task_id DESC
+LIMIT $7
+
+-- name: count_visible_tasks
+-- How many tasks list_visible_tasks pages through (its filters, no keyset).
+SELECT count(*) FROM agent_tasks
+WHERE ($1::text IS NULL OR created_by = $1 OR agent_name = $1)
+  AND ($2::uuid IS NULL OR session_id = $2)
+  AND ($3::text IS NULL OR status = $3)
+  AND ($4::timestamptz IS NULL OR coalesce(finished_at, started_at, created_at) >= $4)

@@ -440,7 +440,7 @@ def unique(prefix: str) -> str:
     return f"{prefix}_{uuid.uuid4().hex[:12]}"
 
 
-async def _ready_without_database(probe: Probe) -> httpx.Response:
+async def _ready_without_database(probe: Probe, path: str = "/ready") -> httpx.Response:
     probe.settings.database.pool_min_size = 0
     app = create_app(
         probe.settings,
@@ -449,7 +449,7 @@ async def _ready_without_database(probe: Probe) -> httpx.Response:
         run_scheduler=False,
     )
     async with lifespan_of(app), app_client(app) as anon:
-        return await anon.get("/ready")
+        return await anon.get(path)
 
 
 async def _stale_session_write(probe: Probe, action: str, body: dict[str, Any]) -> httpx.Response:
@@ -715,6 +715,12 @@ async def _discard_discarded(probe: Probe) -> httpx.Response:
 # is not derived from a shared mechanism, and every status a service documents, needs one.
 PROVOKE: dict[tuple[str, str, int], Provocation] = {
     ("GET", "/ready", 503): _ready_without_database,
+    ("GET", "/.well-known/agent-card.json", 503): lambda p: _ready_without_database(
+        p, "/.well-known/agent-card.json"
+    ),
+    ("GET", "/.well-known/agent.json", 503): lambda p: _ready_without_database(
+        p, "/.well-known/agent.json"
+    ),
     ("POST", "/v1/sessions/{session_id}/branches", 409): lambda p: _branch(p),
     ("PATCH", "/v1/sessions/{session_id}/branches/{name}", 400): lambda p: _branch(p, _BAD_TAG),
     ("PATCH", "/v1/sessions/{session_id}/branches/{name}", 409): lambda p: _branch(p, if_match(2)),
