@@ -217,6 +217,7 @@ def create_app(
             "erasure_service": provide(services.erasure),
             "coordinator": provide(services.coordinator),
             "rules": provide(services.rules),
+            "escalation": provide(services.escalation),
             "breaker_admin": provide(services.breaker_admin),
             "job_service": provide(services.jobs),
             "events": provide(services.events),

@@ -239,6 +239,7 @@ _PLAIN_AGENT_WITH_A_MALFORMED_BODY = {
     ("POST", "/v1/sessions/{session_id:uuid}/handoff"): 400,
     ("POST", "/v1/sessions/{session_id:uuid}/rollback"): 400,
     ("POST", "/v1/sessions/{session_id:uuid}/messages"): 400,
+    ("POST", "/v1/sessions/{session_id:uuid}/resolve"): 403,  # admin or coordination_manager
     ("POST", "/v1/sessions/{session_id:uuid}/branches"): 400,
     ("PATCH", "/v1/sessions/{session_id:uuid}/branches/{name:str}"): 400,
     ("POST", "/v1/sessions/{session_id:uuid}/branches/{name:str}/merge"): 400,
