@@ -283,6 +283,7 @@ VALID_BODIES: dict[tuple[str, str], Any] = {
     },
     ("POST", "/v1/sessions/{session_id}/complete"): {"base_version": 1},
     ("POST", "/v1/sessions/{session_id}/rollback"): {"to_version": 1, "base_version": 1},
+    ("POST", "/v1/sessions/{session_id}/resolve"): {"note": "probe"},
     ("POST", "/v1/sessions/{session_id}/messages"): {"text": "hello"},
     ("POST", "/v1/sessions/{session_id}/branches"): {"name": "probe", "purpose": "analysis"},
     ("PATCH", "/v1/sessions/{session_id}/branches/{name}"): {"priority": "low", "base_version": 1},
@@ -647,6 +648,13 @@ async def _twice(probe: Probe, path: str, body: dict[str, Any]) -> httpx.Respons
     return await probe.client.post(path, json=body)
 
 
+async def _resolve_active(probe: Probe) -> httpx.Response:
+    session = await create_session(probe.client)
+    return await probe.client.post(
+        f"/v1/sessions/{session['session_id']}/resolve", json={"note": "nothing to resolve"}
+    )
+
+
 async def _on_completed(probe: Probe, action: str, body: Any = None) -> httpx.Response:
     session = await probe.completed_session()
     return await probe.client.post(f"/v1/sessions/{session['session_id']}/{action}", json=body)
@@ -793,6 +801,7 @@ PROVOKE: dict[tuple[str, str, int], Provocation] = {
         p, {"Prefer": "wait=1, " + "x" * 1024}
     ),
     ("POST", "/v1/sessions/{session_id}/pending/next", 409): lambda p: _nothing_pending(p),
+    ("POST", "/v1/sessions/{session_id}/resolve", 409): _resolve_active,
     ("POST", "/v1/jobs/{name}/run", 409): _run_taken_over,
     ("POST", "/v1/sessions/{session_id}/restore", 409): lambda p: _restore_live(p),
     ("POST", "/v1/tasks", 404): lambda p: _post(
