@@ -60,6 +60,8 @@ class A2AAgent:
     # Lower-cased headers of every JSON-RPC request.
     headers: list[dict[str, str]] = field(default_factory=list)
     card_fetches: int = 0
+    # Remote tasks it asked a question in (behaviour "ask": asked once, then it completes).
+    asked: set[str] = field(default_factory=set)
     _server: uvicorn.Server | None = None
     _serving: asyncio.Task[None] | None = None
     _release: asyncio.Event = field(default_factory=asyncio.Event)
@@ -195,7 +197,8 @@ class _Executor(AgentExecutor):
                 new_text_message("the planner broke", task_id=task.id, context_id=task.context_id)
             )
             return
-        if agent.behaviour == "ask" and len(task.history) <= 1:
+        if agent.behaviour == "ask" and task.id not in agent.asked:
+            agent.asked.add(task.id)
             await updater.requires_input(
                 new_text_message(agent.question, task_id=task.id, context_id=task.context_id)
             )

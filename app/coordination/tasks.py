@@ -156,6 +156,8 @@ class AgentTasks:
                 # once: the caller's wait returns it, and its fallback answers.)
                 self._attempt_failed(request, failed.reason)
             raise
+        except TaskInputRequired:
+            raise  # an answer (the agent's question): the waiter gets it with the task
         except TaskDelayed as delayed:  # the breaker refuses: no answer before it probes
             self._attempt_failed(request, delayed.reason)
             raise
