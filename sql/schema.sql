@@ -1178,6 +1178,10 @@ CREATE UNIQUE INDEX agent_tasks_idempotency_key ON agent_tasks (created_by, idem
     WHERE idempotency_key IS NOT NULL;
 CREATE INDEX agent_tasks_session_idx ON agent_tasks (session_id, created_at DESC, task_id DESC)
     WHERE session_id IS NOT NULL;
+-- A session's task waiting for the user's input, looked up by every message (revision
+-- 0022): only such tasks are in it.
+CREATE INDEX agent_tasks_awaiting_input_idx ON agent_tasks (session_id, created_at DESC)
+    WHERE status IN ('input-required', 'auth-required');
 -- Erasure finds a user's tasks without a session by this.
 CREATE INDEX agent_tasks_user_idx ON agent_tasks (user_id) WHERE user_id IS NOT NULL;
 -- ON DELETE SET NULL of requeue_of looks up the requeues of a deleted task.

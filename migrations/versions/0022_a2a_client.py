@@ -7,7 +7,8 @@ and the agent_cards job) records how the last fetch of the card went: ``card_sta
 ``card_error``, ``card_fetched_at``, ``card_checked_at``. ``agent_shown`` returns them (its
 row type changes, so it is dropped and created again). A task that waits for the user's
 input (A2A input-required or auth-required) is announced on switchboard_task_finished like
-a finished one: its waiter returns with the agent's question.
+a finished one: its waiter returns with the agent's question; every message looks for such
+a task of its session (agent_tasks_awaiting_input_idx).
 
 Revision ID: 0022
 Revises: 0021
@@ -33,6 +34,8 @@ ALTER TABLE agents
     ADD COLUMN card_fetched_at timestamptz,
     ADD COLUMN card_checked_at timestamptz;
 UPDATE agents SET card_status = 'published' WHERE card IS NOT NULL;
+CREATE INDEX agent_tasks_awaiting_input_idx ON agent_tasks (session_id, created_at DESC)
+    WHERE status IN ('input-required', 'auth-required');
 
 DROP FUNCTION agent_shown(agents);
 CREATE FUNCTION agent_shown(a agents)
@@ -90,6 +93,7 @@ $$;
 """
 
 DOWNGRADE = r"""
+DROP INDEX agent_tasks_awaiting_input_idx;
 CREATE OR REPLACE FUNCTION agent_task_transition() RETURNS trigger
     LANGUAGE plpgsql
 AS $$

@@ -98,8 +98,8 @@ WHERE task_id = $1 AND status IN ('input-required', 'auth-required')
 RETURNING *
 
 -- name: session_task_awaiting_input
--- The newest task of a session that waits for the user's input, if any (the session's
--- index, newest first).
+-- The newest task of a session that waits for the user's input, if any
+-- (agent_tasks_awaiting_input_idx).
 SELECT * FROM agent_tasks
 WHERE session_id = $1 AND status IN ('input-required', 'auth-required')
 ORDER BY created_at DESC, task_id DESC

@@ -369,3 +369,39 @@ async def test_the_agent_cards_job_refreshes_and_marks_a_dead_agent(
     # A dry run counts without fetching.
     dry = await client.post("/v1/jobs/agent_cards/run", params={"dry_run": "true"})
     assert dry.json()["details"]["agent_cards_checked"] == 1
+
+
+async def test_a_question_that_comes_after_the_wait_is_applied_and_answered(
+    client: httpx.AsyncClient, agent: A2AAgent
+) -> None:
+    """202 (respond-async): the agent's question arrives after the caller stopped waiting;
+    it is applied to the session like a late answer, and the next message answers it."""
+    agent.behaviour = "ask"
+    await discover(client, agent.url)
+    sid = (await create_session(client))["session_id"]
+    accepted = await client.post(
+        f"/v1/sessions/{sid}/messages",
+        json={"text": PLAN},
+        headers={"Prefer": "respond-async, wait=0"},
+    )
+    assert accepted.status_code == 202, accepted.text
+    task_id = accepted.json()["task_id"]
+    status = None
+    for _ in range(200):
+        status = (await client.get(f"/v1/tasks/{task_id}")).json()["task"]["status"]
+        if status == "input-required":
+            break
+        await asyncio.sleep(0.05)
+    assert status == "input-required"
+    outputs: Any = None
+    for _ in range(200):
+        session = (await client.get(f"/v1/sessions/{sid}")).json()
+        outputs = session["session_state"]["agent_outputs"].get(PLAN_AGENT)
+        if outputs:
+            break
+        await asyncio.sleep(0.05)
+    assert outputs["response"] == "Which month should the plan start?"
+    done = await message(client, sid, "March")
+    assert done["task_id"] == task_id
+    assert done["response"] == "Here is your plan"
+    assert agent.received[-1].task_id == agent.received[0].task_id
