@@ -6,6 +6,7 @@ environment at import time.
 
 from __future__ import annotations
 
+import os
 from datetime import timedelta
 from importlib.util import find_spec
 from ipaddress import IPv4Network, IPv6Network
@@ -15,7 +16,22 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, NonNegativeInt, PositiveInt, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
+_CHECKOUT = Path(__file__).resolve().parent.parent
+_INSTALLED = not (_CHECKOUT / "alembic.ini").is_file()
+
+# Where alembic.ini, migrations/ and sql/ are: the checkout's root when Switchboard runs from a
+# clone (make run, an editable install), else the copy that the wheel carries inside the
+# package (setup.py puts them in app/_project when it builds one).
+PROJECT_ROOT = Path(__file__).resolve().parent / "_project" if _INSTALLED else _CHECKOUT
+
+
+def _default_data_dir() -> Path:
+    """A clone keeps its data beside the code (.switchboard, ignored by git); an installed
+    package has no folder of its own to write to, so it uses the user's data folder."""
+    if not _INSTALLED:
+        return _CHECKOUT / ".switchboard"
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "switchboard"
 
 
 class ServerSettings(BaseSettings):
@@ -447,7 +463,7 @@ class Settings(BaseSettings):
         env_prefix="SWITCHBOARD_", extra="ignore", env_ignore_empty=True
     )
 
-    data_dir: Path = PROJECT_ROOT / ".switchboard"
+    data_dir: Path = Field(default_factory=_default_data_dir)
     server: ServerSettings = Field(default_factory=ServerSettings)
     logging: LoggingSettings = Field(default_factory=LoggingSettings)
     tracing: TracingSettings = Field(default_factory=TracingSettings)
