@@ -212,7 +212,12 @@ class AgentService:
 
             async def one(agent: Agent) -> None:
                 async with gate:
-                    await self._discover(agent, strict=False)
+                    try:
+                        await self._discover(agent, strict=False)
+                    except NotFound:
+                        pass  # renamed or gone meanwhile: nothing to mark
+                    except Exception:  # one agent's trouble is not the run's
+                        logger.exception("agent %s: its card could not be refreshed", agent.name)
 
             await asyncio.gather(*(one(agent) for agent in due))
             return len(due)

@@ -16,6 +16,7 @@ for Switchboard is ``app.coordination.a2a_answers``'s business.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -169,9 +170,12 @@ class A2AClient:
         ``CardUnreachable`` or ``CardInvalid`` when it cannot be had or used."""
         resolver = A2ACardResolver(self._http, base_url)
         try:
-            card = await resolver.get_agent_card(http_kwargs={"timeout": timeout})
+            async with asyncio.timeout(timeout):
+                card = await resolver.get_agent_card(http_kwargs={"timeout": timeout})
+        except TimeoutError:
+            raise CardUnreachable(f"no card within {timeout:g} s") from None
         except AgentCardResolutionError as exc:
-            if _caused_by(exc, json.JSONDecodeError) or "validate" in exc.message:
+            if _caused_by(exc, json.JSONDecodeError) or _caused_by(exc, ParseError):
                 raise CardInvalid(_card_reason(exc)) from None
             if exc.status_code is not None:
                 raise CardUnreachable(f"the card's URL answered HTTP {exc.status_code}") from None

@@ -18,6 +18,7 @@ from app.asgi import create_app
 from app.settings import (
     CoordinationSettings,
     DatabaseSettings,
+    ServerSettings,
     Settings,
     TaskSettings,
 )
@@ -405,3 +406,20 @@ async def test_a_question_that_comes_after_the_wait_is_applied_and_answered(
     assert done["task_id"] == task_id
     assert done["response"] == "Here is your plan"
     assert agent.received[-1].task_id == agent.received[0].task_id
+
+
+async def test_an_answer_past_the_size_bound_is_not_read(
+    settings: Settings, database_url: str, agent: A2AAgent
+) -> None:
+    """The SDK reads whole answers: the A2A client's transport stops at the body limit."""
+    small = settings.model_copy(update={"server": ServerSettings(max_body_bytes=64 * 1024)})
+    app = create_app(small, database_url=database_url, admin_key=ADMIN_KEY, run_scheduler=False)
+    agent.answer = "x" * (200 * 1024)
+    async with lifespan_of(app), app_client(app, {"X-API-Key": ADMIN_KEY}) as admin:
+        await discover(admin, agent.url)
+        sid = (await create_session(admin))["session_id"]
+        result = await message(admin, sid, PLAN)
+        assert result["degraded"] is True
+        task = (await admin.get(result["task_url"])).json()["task"]
+        assert task["status"] == "failed"  # not retried: the same answer would come back
+        assert "more than 65536 bytes" in task["last_error"]
