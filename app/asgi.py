@@ -13,6 +13,10 @@ from litestar.datastructures import State
 from litestar.di import Provide
 from litestar.middleware.base import DefineMiddleware
 
+from app.a2a.controller import AgentCardController
+from app.a2a.handler import SwitchboardRequestHandler
+from app.a2a.route import BODY_LIMIT_STATE, DISPATCHER_STATE, a2a_dispatcher, a2a_endpoint
+from app.a2a.store import AgentTaskStore
 from app.agents.controller import AgentController, SkillController
 from app.auth.middleware import PUBLIC_PATHS, ApiKeyAuthMiddleware
 from app.auth.ratelimit import RateLimiter
@@ -22,8 +26,8 @@ from app.common.jsonbody import JsonRequest
 from app.common.options import AllowedMethods
 from app.common.parameters import ParameterRules
 from app.common.validation import StrictRequestModels
+from app.console import CONSOLE_PATHS, console_parts
 from app.coordination.controller import (
-    AgentCardController,
     BreakerController,
     IntentController,
     SessionMessageController,
@@ -120,6 +124,11 @@ def create_app(
         settings, database, clock, admin_key=admin_key, resolver=resolver, tracing=tracing
     )
     metrics = Metrics(database, services.breakers)
+    console = (
+        console_parts(settings, services, database, clock, admin_key)
+        if settings.console.enabled
+        else None
+    )
     scheduler = (
         Scheduler(services.jobs, services.events, services.tracing)
         if (settings.scheduler.enabled if run_scheduler is None else run_scheduler)
@@ -185,6 +194,7 @@ def create_app(
             SessionMessageController,
             BreakerController,
             AgentCardController,
+            a2a_endpoint,
             JobController,
             SubscriptionController,
             EventController,
@@ -193,6 +203,7 @@ def create_app(
             SessionTasksController,
             DeadLetterController,
             *([MetricsController] if settings.server.metrics_enabled else []),
+            *(console.route_handlers if console is not None else []),
         ],
         dependencies={
             "database": provide(database),
@@ -206,6 +217,7 @@ def create_app(
             "erasure_service": provide(services.erasure),
             "coordinator": provide(services.coordinator),
             "rules": provide(services.rules),
+            "escalation": provide(services.escalation),
             "breaker_admin": provide(services.breaker_admin),
             "job_service": provide(services.jobs),
             "events": provide(services.events),
@@ -214,8 +226,11 @@ def create_app(
             "breakers": provide(services.breakers),
             "idempotency": provide(services.idempotency),
             "tasks": provide(services.tasks),
+            **({"console_reads": provide(console.reads)} if console is not None else {}),
         },
-        middleware=[DefineMiddleware(ApiKeyAuthMiddleware, exclude=PUBLIC_PATHS)],
+        middleware=[
+            DefineMiddleware(ApiKeyAuthMiddleware, exclude=[*PUBLIC_PATHS, *CONSOLE_PATHS])
+        ],
         before_request=before_handler,
         request_class=JsonRequest,
         plugins=[StrictRequestModels()],
@@ -227,12 +242,23 @@ def create_app(
                 "agent_service": services.agents,
                 "settings": settings,
                 "clock": clock,
+                "console_auth": console.auth if console is not None else None,
+                DISPATCHER_STATE: a2a_dispatcher(
+                    SwitchboardRequestHandler(
+                        services.coordinator,
+                        services.tasks,
+                        services.webhooks,
+                        AgentTaskStore(services.tasks),
+                    )
+                ),
+                BODY_LIMIT_STATE: settings.max_body_bytes,
                 "rate_limiter": RateLimiter(
                     settings.server.rate_limit_per_second, settings.server.rate_limit_burst
                 ),
             }
         ),
         openapi_config=openapi_config(__version__),
+        template_config=console.template_config if console is not None else None,
         debug=False,
         # Logging is set up once per process by its entry point (app/logs.py); Litestar's
         # own set-up would replace it (and format records on a queue thread, where the

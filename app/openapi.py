@@ -199,6 +199,9 @@ _IN_PROGRESS = (
 # must name an operation of the document (``complete`` checks).
 SERVICE_PROBLEMS: dict[tuple[str, str], dict[int, str]] = {
     ("GET", "/ready"): {503: "The database does not answer."},
+    # The card lists the registry's skills, read from PostgreSQL (app/a2a/card.py).
+    ("GET", "/.well-known/agent-card.json"): {503: "The database does not answer."},
+    ("GET", "/.well-known/agent.json"): {503: "The database does not answer."},
     ("POST", "/v1/agents"): {409: "An agent of this name already has a key (agent)."},
     ("GET", "/v1/agents/{name}/card"): {404: "The agent has published no card."},
     ("POST", "/v1/agents/{name}/discover"): {
@@ -279,11 +282,20 @@ SERVICE_PROBLEMS: dict[tuple[str, str], dict[int, str]] = {
     ("POST", "/v1/memory-types"): {409: "A memory type of this name exists."},
     ("POST", "/v1/intents/analyze"): {404: "session_id names no session."},
     ("POST", "/v1/sessions/{session_id}/messages"): {
-        409: "The session is completed (session_status)."
+        409: (
+            "The session is completed, or escalated: it waits for a person and takes no "
+            "messages until resolved (session_status, resolve_url)."
+        )
     },
     ("POST", "/v1/sessions/{session_id}/pending/next"): {
         400: "The Prefer header is longer than 1,024 characters.",
-        409: "Nothing is waiting, or another caller is working on the next action.",
+        409: (
+            "Nothing is waiting, another caller is working on the next action, or the "
+            "session is escalated (session_status, resolve_url)."
+        ),
+    },
+    ("POST", "/v1/sessions/{session_id}/resolve"): {
+        409: "The session is not escalated: there is nothing to resolve (session_status).",
     },
     ("POST", "/v1/jobs/{name}/run"): {
         409: "Another replica took the run over before it finished (its record says how).",
@@ -663,7 +675,9 @@ def document(app: Litestar) -> dict[str, Any]:
 _DESCRIPTION = """Session coordination for multi-agent systems.
 
 Every /v1 and /webhooks route needs `Authorization: Bearer <key>` or `X-API-Key: <key>`;
-/health, /ready, /metrics, /schema and /.well-known are public.
+/health, /ready, /metrics, /schema and /.well-known are public. `POST /a2a`, the A2A 1.0
+JSON-RPC endpoint (same keys), is described by the A2A agent card at
+/.well-known/agent-card.json rather than here; see docs/a2a.md.
 
 Every error is `application/problem+json` (the `Problem` schema); each operation lists the
 statuses it can answer with and why. Besides those, the HTTP server itself may refuse a

@@ -23,6 +23,7 @@ from app.coordination.breaker_admin import BreakerAdmin
 from app.coordination.breakers import BreakerRegistry
 from app.coordination.completion import TaskCompletion
 from app.coordination.dispatch import AgentClient
+from app.coordination.escalation import EscalationService
 from app.coordination.rules import RulesService
 from app.coordination.service import CoordinationService
 from app.coordination.tasks import COORDINATOR_KINDS, AgentTasks
@@ -131,8 +132,19 @@ class Services:
         # one attempt each (agent_tasks), and, for a task whose caller stopped waiting,
         # its end applied to the session and announced (task_completion).
         self.agent_tasks = AgentTasks(self.tasks, self.agent_call)
+        # The next-step decision and manual intervention (escalate, resolve).
+        self.escalation = EscalationService(
+            database, clock, settings.coordination, settings.sessions
+        )
         self.task_completion = TaskCompletion(
-            database, clock, self.sessions, self.memories, self.breakers, self.events
+            database,
+            clock,
+            self.sessions,
+            self.memories,
+            self.breakers,
+            self.events,
+            self.rules,
+            self.escalation,
         )
         for kind in COORDINATOR_KINDS:
             self.tasks.register(kind, self.agent_tasks.attempt, self.task_completion.finished)
@@ -146,6 +158,7 @@ class Services:
             self.breakers,
             self.agent_client,
             self.agent_tasks,
+            self.escalation,
         )
         lease = settings.webhooks.idempotency_lease
         # One connection per replica, outside the pool: its lock says this process is alive.

@@ -9,7 +9,9 @@ where a failed orchestrator passes a request), ``dispatch`` (calling an agent),
 ``fallbacks`` (answering without it), ``memory_updates``, ``outcome`` (the decision, the
 session turn and the answer, made of what happened), ``turn`` (the session update),
 ``pending`` (the queue), ``prefer`` (the wait budget), ``tasks`` (an agent step as a task,
-and the wait) and ``completion`` (a task's late answer, applied to the session).
+and the wait), ``completion`` (a task's late answer, applied to the session), ``next_step``
+(what the session does next, by rules as data) and ``escalation`` (the next step's
+counters, manual intervention and its resolution).
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ import uuid
 from dataclasses import dataclass, replace
 from datetime import datetime
 from uuid import UUID
+
+import msgspec
 
 from app.agents import repository as agents_repo
 from app.agents.schemas import Agent
@@ -30,6 +34,7 @@ from app.coordination.breaker import AsyncCircuitBreaker
 from app.coordination.breakers import BreakerRegistry
 from app.coordination.context import session_flags
 from app.coordination.dispatch import AgentClient, CallResult, agent_request, classifier_request
+from app.coordination.escalation import EscalationService, StepEvent, refuse_if_escalated
 from app.coordination.fallbacks import (
     FallbackContext,
     FallbackData,
@@ -84,7 +89,7 @@ from app.coordination.tasks import (
     task_input,
     task_priority,
 )
-from app.coordination.turn import apply_turn
+from app.coordination.turn import Turn, apply_turn
 from app.db.pool import Database
 from app.errors import Conflict
 from app.memories.schemas import Memory
@@ -141,6 +146,7 @@ class CoordinationService:
         breakers: BreakerRegistry,
         agents: AgentClient,
         agent_tasks: AgentTasks,
+        escalation: EscalationService,
     ) -> None:
         self._db = database
         self._clock = clock
@@ -151,6 +157,7 @@ class CoordinationService:
         self._breakers = breakers
         self._agents = agents
         self._agent_tasks = agent_tasks
+        self._escalation = escalation
         self._policy = RoutingPolicy(
             default_agent=settings.default_agent, classifier_agent=settings.classifier_agent
         )
@@ -275,9 +282,9 @@ class CoordinationService:
         if resume is not None:
             # An A2A agent asked the user a question: this message is the answer, and goes
             # to the same agent's task (and the same remote task), not through routing.
-            task, agent = resume
-            prio, classifier = _answering(task, text), "input_required"
-            found = Route(agent, f"input_required:{task.task_id}")
+            waiting, waiting_agent = resume
+            prio, classifier = _answering(waiting, text), "input_required"
+            found = Route(waiting_agent, f"input_required:{waiting.task_id}")
         elif pending is None:
             intents, classifier = await self._classify(text, flags, rules, agents, session)
             prio = self._prioritize(intents, rules, agents)
@@ -306,6 +313,12 @@ class CoordinationService:
             session.session_id, text, principal.name, _ms_since(started), current_trace_id()
         )
         turn = outcome.turn(pending, {a.name for a in agents})
+        # What the session does next, decided on the turn as it will be written; stored
+        # with the turn's decision.
+        decided = await self._escalation.decide(
+            session.session_id, self._step_event(session, outcome, turn), loaded.next_steps
+        )
+        decision = msgspec.structs.replace(decision, next_step=decided.record)
 
         def mutate(current: Session, now: datetime) -> tuple[SessionContent, str]:
             return apply_turn(content_of(current), now, turn)
@@ -316,9 +329,39 @@ class CoordinationService:
         )
         if decision_id is None:  # the statement writes both or neither
             raise RuntimeError("The session was written without its decision.")
+        status = updated.status
+        if decided.escalates:
+            task = outcome.task
+            escalated = await self._escalation.escalate(
+                session.session_id,
+                principal.name,
+                decided,
+                task_id=task.task_id if task else None,
+            )
+            status = "escalated" if escalated is not None else status
         if outcome.accepted:
-            return outcome.accepted_result(updated, decision_id, rules)
-        return outcome.result(updated, decision_id, rules, _ms_since(started))
+            accepted = outcome.accepted_result(updated, decision_id, rules)
+            return replace(accepted, next_step=decided.record)
+        result = outcome.result(updated, decision_id, rules, _ms_since(started))
+        return replace(result, next_step=decided.record, session_status=status)
+
+    def _step_event(self, session: Session, outcome: TurnOutcome, turn: Turn) -> StepEvent:
+        """The turn as the next-step decision reads it."""
+        after, _ = apply_turn(content_of(session), self._clock.now(), turn)
+        first = outcome.steps[0] if outcome.steps else None
+        last = turn.steps[-1] if turn.steps else None
+        kind = outcome.kind
+        return StepEvent(
+            event="answered" if kind == "agent" else kind,
+            intent=outcome.prio.primary.intent if outcome.prio.primary else None,
+            agent=outcome.route.agent.name if outcome.route else None,
+            error=(first.call.error or "fallback") if kind == "fallback" and first else None,
+            handed_off=len(outcome.steps) > 1,
+            suggested=last.next_agent if last and last.next_agent != last.agent else None,
+            progress_before=session.progress_percentage,
+            progress_after=after.progress_percentage,
+            pending_actions=after.session_state.pending_actions,
+        )
 
     async def _run(
         self, found: Route, prio: Prioritization, msg: _Message
@@ -527,6 +570,7 @@ class CoordinationService:
     async def _open_session(self, session_id: UUID) -> Session:
         session = await self._sessions.get_session(session_id)
         require_open(session)
+        refuse_if_escalated(session)  # it waits for a person: nothing is processed
         return session
 
     async def _load(self) -> tuple[Rules, list[Agent]]:

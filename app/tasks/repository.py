@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 from uuid import UUID
@@ -301,6 +302,35 @@ async def list_session_tasks(
     """A page of a session's tasks, newest first."""
     rows = await conn.fetch(Q.list_session_tasks, session_id, before[0], before[1], limit)
     return [_task(row) for row in rows]
+
+
+@dataclass(frozen=True, slots=True)
+class TaskFilter:
+    """Which tasks a listing reads: whose (None: everyone's), of which session, in which
+    status, changed since when (each None: any)."""
+
+    caller: str | None = None
+    session_id: UUID | None = None
+    status: str | None = None
+    changed_since: datetime | None = None
+
+    def args(self) -> tuple[str | None, UUID | None, str | None, datetime | None]:
+        """The named queries' first four parameters."""
+        return (self.caller, self.session_id, self.status, self.changed_since)
+
+
+async def list_visible_tasks(
+    conn: Connection, where: TaskFilter, before: tuple[datetime, UUID], limit: int
+) -> list[Task]:
+    """A page of the tasks ``where`` selects, newest first."""
+    rows = await conn.fetch(Q.list_visible_tasks, *where.args(), before[0], before[1], limit)
+    return [_task(row) for row in rows]
+
+
+async def count_visible_tasks(conn: Connection, where: TaskFilter) -> int:
+    """How many tasks ``where`` selects."""
+    count: int = await conn.fetchval(Q.count_visible_tasks, *where.args())
+    return count
 
 
 async def task_transitions(conn: Connection, task_id: UUID) -> list[TaskTransition]:

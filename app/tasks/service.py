@@ -35,6 +35,7 @@ from app.errors import Conflict, Forbidden, NotFound, ValidationFailed
 from app.sessions.service import SessionService
 from app.settings import TaskSettings
 from app.tasks import repository as repo
+from app.tasks.repository import TaskFilter
 from app.tasks.retry import Backoff
 from app.tasks.schemas import (
     TASK_KINDS,
@@ -363,6 +364,21 @@ class TaskService:
             items = await repo.list_session_tasks(conn, session_id, before, limit + 1)
         page, next_cursor = cut_page(items, limit, lambda t: (t.created_at, t.task_id))
         return TaskPage(items=page, next_cursor=next_cursor)
+
+    async def list_visible(
+        self, principal: Principal, where: TaskFilter, limit: int, cursor: str | None
+    ) -> tuple[TaskPage, int]:
+        """The tasks ``principal`` may see that ``where`` selects, newest first, and how many
+        there are: a session's tasks for every key, else the admin's every task and an
+        agent's the ones it submitted or that are for it (as ``detail`` allows)."""
+        before = decode_time_id_cursor(cursor) if cursor else FIRST_PAGE
+        if where.session_id is None and not principal.is_admin:
+            where = replace(where, caller=principal.name)
+        async with self._db.connection() as conn:
+            items = await repo.list_visible_tasks(conn, where, before, limit + 1)
+            total = await repo.count_visible_tasks(conn, where)
+        page, next_cursor = cut_page(items, limit, lambda t: (t.created_at, t.task_id))
+        return TaskPage(items=page, next_cursor=next_cursor), total
 
     async def cancel(self, task_id: UUID, principal: Principal, reason: str | None = None) -> Task:
         """Cancel a task that is not over; its running attempt (here or elsewhere) stops.

@@ -16,6 +16,8 @@ from app.sessions.schemas import SessionType
 
 IdempotencyKey = Annotated[str, StringConstraints(min_length=1, max_length=255)]
 UserRef = Annotated[str, StringConstraints(min_length=1, max_length=256)]
+# Where the user wrote from (kept in the new session's conversation_context).
+Channel = Annotated[str, StringConstraints(max_length=50)]
 
 
 class CoordinationHook(BaseModel):
@@ -30,7 +32,7 @@ class CoordinationHook(BaseModel):
     session_id: UUID | None = None
     session_type: SessionType = "multi_agent_chat"
     text: MessageText
-    channel: Annotated[str, StringConstraints(max_length=50)] | None = None
+    channel: Channel | None = None
     context_flags: list[ContextFlag] = Field(default_factory=list, max_length=20)
     idempotency_key: IdempotencyKey | None = None
 

@@ -21,7 +21,7 @@ from app.jobs.table import JOBS
 from app.memories.repository import MemoryFilter
 from app.memories.schemas import Memory
 from app.memories.service import BeforeCommit, MemoryService
-from app.sessions.schemas import SessionCreate, SessionState
+from app.sessions.schemas import Session, SessionCreate, SessionState
 from app.sessions.service import SessionService
 from app.users.service import UserService
 from app.webhooks import repository as repo
@@ -86,28 +86,14 @@ class WebhookService:
         """Continue (or start) the user's session and coordinate the message, waiting for
         its agent as ``prefer`` asks (its wait only: n8n's answer is always synchronous, a
         respond-async is ignored)."""
-        created = False
-        if session_id is not None:
-            session = await self._sessions.get_session(session_id)
-            if user_id is not None and session.user_id != user_id:
-                raise ValidationFailed(
-                    "The session belongs to another user.",
-                    errors=[{"field": "session_id", "message": "belongs to another user"}],
-                )
-        else:
-            owner = await self._resolve_user(user_id, user_ref)
-            found = await self._latest_open_session(owner, session_type)
-            if found is not None:
-                session = await self._sessions.get_session(found)
-            else:
-                state = SessionState.model_validate(
-                    {"conversation_context": {"channel": channel}} if channel else {}
-                )
-                session = await self._sessions.create_session(
-                    SessionCreate(user_id=owner, session_type=session_type, session_state=state),
-                    principal.name,
-                )
-                created = True
+        session, created = await self.continue_session(
+            principal,
+            user_id=user_id,
+            user_ref=user_ref,
+            session_id=session_id,
+            session_type=session_type,
+            channel=channel,
+        )
         wait = WaitPreference(wait_seconds=prefer.wait_seconds if prefer else None)
         result = await self._coordinator.handle_message(
             session.session_id,
@@ -135,6 +121,41 @@ class WebhookService:
             "task_id": str(result.task_id) if result.task_id else None,
             "task_url": result.task_url,
         }
+
+    async def continue_session(
+        self,
+        principal: Principal,
+        *,
+        user_id: UUID | None,
+        user_ref: str | None,
+        session_id: UUID | None,
+        session_type: str,
+        channel: str | None,
+    ) -> tuple[Session, bool]:
+        """The session a message goes to, and whether it was just created: the one named
+        (which must be the user's, when a user is named too), else the user's latest open
+        session of ``session_type`` within the continuation window, else a new one. The
+        n8n webhook and A2A messages without a contextId (app/a2a) continue sessions so."""
+        if session_id is not None:
+            session = await self._sessions.get_session(session_id)
+            if user_id is not None and session.user_id != user_id:
+                raise ValidationFailed(
+                    "The session belongs to another user.",
+                    errors=[{"field": "session_id", "message": "belongs to another user"}],
+                )
+            return session, False
+        owner = await self._resolve_user(user_id, user_ref)
+        found = await self._latest_open_session(owner, session_type)
+        if found is not None:
+            return await self._sessions.get_session(found), False
+        state = SessionState.model_validate(
+            {"conversation_context": {"channel": channel}} if channel else {}
+        )
+        session = await self._sessions.create_session(
+            SessionCreate(user_id=owner, session_type=session_type, session_state=state),
+            principal.name,
+        )
+        return session, True
 
     async def memory(
         self, principal: Principal, data: MemoryHook, seal: Seal | None = None

@@ -19,8 +19,8 @@ RETURNING *
 
 -- name: insert_task_leased
 -- The same task already leased to the submitting replica at its first attempt (it runs
--- it at once), unless the agent has $19 attempts running: then no row, and the caller
--- queues it with insert_task. Called under claim_lock, like the claim. $17 owner,
+-- it at once), unless the agent has $19 attempts running or the task's session holds it
+-- (escalated: agent_task_held): then no row, and the caller queues it with insert_task. Called under claim_lock, like the claim. $17 owner,
 -- $18 lease until.
 INSERT INTO agent_tasks (task_id, session_id, user_id, agent_name, kind, input, priority,
                          scheduled_at, max_attempts, idempotency_key, created_by, trace_id,
@@ -31,6 +31,7 @@ SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, 'w
        $17, $18, $14, $17, 'run where submitted'
 WHERE (SELECT count(*) FROM agent_tasks WHERE agent_name = $4 AND lease_owner IS NOT NULL)
       < $19
+  AND NOT agent_task_held($2, $16)
 ON CONFLICT (created_by, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING *
 
@@ -116,7 +117,7 @@ RETURNING *
 
 -- name: fail_task
 -- The task failed for good ($6: 'attempts_exhausted' or 'not_retryable'): failed, its
--- dead letter, its session escalated, the event. $4 the error, $5 now.
+-- dead letter, its session escalated (session_escalate), the events. $4 the error, $5 now.
 WITH failed AS (
     UPDATE agent_tasks
     SET status = 'failed', last_error = $4, finished_at = $5, lease_owner = NULL,
@@ -233,3 +234,32 @@ SELECT d.*, t.agent_name, t.kind, t.session_id, t.user_id, t.attempt AS attempts
 FROM dead_letters d
 JOIN agent_tasks t USING (task_id)
 WHERE d.dead_letter_id = $1
+
+-- name: list_visible_tasks
+-- The A2A ListTasks page (app/a2a): newest first, keyset before ($5, $6). $1: the caller
+-- whose tasks these are (submitted by it or for it), NULL for every task (the admin, or a
+-- session's tasks, which every key may read); $2: the session (the A2A contextId) or NULL;
+-- $3: a status or NULL; $4: last changed at or after, or NULL. The filters are optional
+-- parameters rather than one query each: a page is read per ListTasks call, and the
+-- session's index serves the contextId case.
+SELECT * FROM agent_tasks
+WHERE ($1::text IS NULL OR created_by = $1 OR agent_name = $1)
+  AND ($2::uuid IS NULL OR session_id = $2)
+  AND ($3::text IS NULL OR status = $3)
+  AND ($4::timestamptz IS NULL OR coalesce(finished_at, started_at, created_at) >= $4)
+  AND (created_at, task_id) < ($5, $6)
+ORDER BY created_at DESC, task_id DESC
+LIMIT $7
+
+-- name: count_visible_tasks
+-- How many tasks list_visible_tasks pages through (its filters, no keyset).
+SELECT count(*) FROM agent_tasks
+WHERE ($1::text IS NULL OR created_by = $1 OR agent_name = $1)
+  AND ($2::uuid IS NULL OR session_id = $2)
+  AND ($3::text IS NULL OR status = $3)
+  AND ($4::timestamptz IS NULL OR coalesce(finished_at, started_at, created_at) >= $4)
+
+-- name: wake_workers
+-- Held tasks may run now (their session was resolved): the workers claim at once rather
+-- than at their next poll.
+SELECT pg_notify('switchboard_tasks', '')

@@ -315,7 +315,9 @@ async def test_a_failing_a2a_agent_gets_its_fallback_and_opens_its_breaker(
     assert breaker is not None
     assert breaker["state"] == "open"
     calls = len(agent.headers)
-    refused = await message(client, sid, PLAN)
+    # The task's dead letter escalated that session: another user's session asks.
+    other = (await create_session(client))["session_id"]
+    refused = await message(client, other, PLAN)
     assert refused["degraded"] is True
     assert len(agent.headers) == calls  # an open circuit sends nothing
 

@@ -51,6 +51,7 @@ DECISION_FIELDS = [
     "created_at",
     "trace_id",
     "task_id",
+    "next_step",
 ]
 
 
@@ -160,6 +161,7 @@ async def test_an_answering_agent_and_a_queued_secondary(
                 "session": current,
             },
             "execution_time_ms",
+            "seconds_without_progress",
         ),
     )
 
@@ -176,6 +178,7 @@ async def test_an_answering_agent_and_a_queued_secondary(
                 "session": current,
             },
             "execution_time_ms",
+            "seconds_without_progress",
         ),
     )
 
@@ -214,6 +217,7 @@ async def test_a_fallback_that_passes_the_request_on(
                 "session": current,
             },
             "execution_time_ms",
+            "seconds_without_progress",
         ),
     )
 
@@ -247,6 +251,7 @@ async def test_a_clarification_and_a_change_queued_by_its_fallback(
                 "session": current,
             },
             "execution_time_ms",
+            "seconds_without_progress",
         ),
     )
 

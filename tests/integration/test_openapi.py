@@ -283,6 +283,7 @@ VALID_BODIES: dict[tuple[str, str], Any] = {
     },
     ("POST", "/v1/sessions/{session_id}/complete"): {"base_version": 1},
     ("POST", "/v1/sessions/{session_id}/rollback"): {"to_version": 1, "base_version": 1},
+    ("POST", "/v1/sessions/{session_id}/resolve"): {"note": "probe"},
     ("POST", "/v1/sessions/{session_id}/messages"): {"text": "hello"},
     ("POST", "/v1/sessions/{session_id}/branches"): {"name": "probe", "purpose": "analysis"},
     ("PATCH", "/v1/sessions/{session_id}/branches/{name}"): {"priority": "low", "base_version": 1},
@@ -439,7 +440,7 @@ def unique(prefix: str) -> str:
     return f"{prefix}_{uuid.uuid4().hex[:12]}"
 
 
-async def _ready_without_database(probe: Probe) -> httpx.Response:
+async def _ready_without_database(probe: Probe, path: str = "/ready") -> httpx.Response:
     probe.settings.database.pool_min_size = 0
     app = create_app(
         probe.settings,
@@ -448,7 +449,7 @@ async def _ready_without_database(probe: Probe) -> httpx.Response:
         run_scheduler=False,
     )
     async with lifespan_of(app), app_client(app) as anon:
-        return await anon.get("/ready")
+        return await anon.get(path)
 
 
 async def _stale_session_write(probe: Probe, action: str, body: dict[str, Any]) -> httpx.Response:
@@ -647,6 +648,13 @@ async def _twice(probe: Probe, path: str, body: dict[str, Any]) -> httpx.Respons
     return await probe.client.post(path, json=body)
 
 
+async def _resolve_active(probe: Probe) -> httpx.Response:
+    session = await create_session(probe.client)
+    return await probe.client.post(
+        f"/v1/sessions/{session['session_id']}/resolve", json={"note": "nothing to resolve"}
+    )
+
+
 async def _on_completed(probe: Probe, action: str, body: Any = None) -> httpx.Response:
     session = await probe.completed_session()
     return await probe.client.post(f"/v1/sessions/{session['session_id']}/{action}", json=body)
@@ -711,6 +719,12 @@ async def _discover(probe: Probe, url: str | None) -> httpx.Response:
 # is not derived from a shared mechanism, and every status a service documents, needs one.
 PROVOKE: dict[tuple[str, str, int], Provocation] = {
     ("GET", "/ready", 503): _ready_without_database,
+    ("GET", "/.well-known/agent-card.json", 503): lambda p: _ready_without_database(
+        p, "/.well-known/agent-card.json"
+    ),
+    ("GET", "/.well-known/agent.json", 503): lambda p: _ready_without_database(
+        p, "/.well-known/agent.json"
+    ),
     ("POST", "/v1/sessions/{session_id}/branches", 409): lambda p: _branch(p),
     ("PATCH", "/v1/sessions/{session_id}/branches/{name}", 400): lambda p: _branch(p, _BAD_TAG),
     ("PATCH", "/v1/sessions/{session_id}/branches/{name}", 409): lambda p: _branch(p, if_match(2)),
@@ -797,6 +811,7 @@ PROVOKE: dict[tuple[str, str, int], Provocation] = {
         p, {"Prefer": "wait=1, " + "x" * 1024}
     ),
     ("POST", "/v1/sessions/{session_id}/pending/next", 409): lambda p: _nothing_pending(p),
+    ("POST", "/v1/sessions/{session_id}/resolve", 409): _resolve_active,
     ("POST", "/v1/jobs/{name}/run", 409): _run_taken_over,
     ("POST", "/v1/sessions/{session_id}/restore", 409): lambda p: _restore_live(p),
     ("POST", "/v1/tasks", 404): lambda p: _post(

@@ -383,6 +383,12 @@ def test_a_stored_decision_is_the_record_with_what_the_database_gave_it() -> Non
     stored = msgspec.convert(row, Decision, strict=False)
     assert isinstance(stored, DecisionRecord)
     assert list(msgspec.to_builtins(stored))[:3] == ["decision_id", "session_id", "session_version"]
-    # In the table's order: trace_id (revision 0016), then task_id (revision 0021) came last.
-    assert list(msgspec.to_builtins(stored))[-3:] == ["created_at", "trace_id", "task_id"]
+    # In the table's order: trace_id (revision 0016), task_id (revision 0021), then
+    # next_step (revision 0022) came last.
+    assert list(msgspec.to_builtins(stored))[-4:] == [
+        "created_at",
+        "trace_id",
+        "task_id",
+        "next_step",
+    ]
     assert stored.trace_id == trace_id

@@ -10,8 +10,8 @@ input (A2A input-required or auth-required) is announced on switchboard_task_fin
 a finished one: its waiter returns with the agent's question; every message looks for such
 a task of its session (agent_tasks_awaiting_input_idx).
 
-Revision ID: 0022
-Revises: 0021
+Revision ID: 0023
+Revises: 0022
 Create Date: 2026-11-24
 """
 
@@ -19,8 +19,8 @@ from __future__ import annotations
 
 from migrations.sqlscript import run_sql
 
-revision = "0022"
-down_revision = "0021"
+revision = "0023"
+down_revision = "0022"
 branch_labels = None
 depends_on = None
 
