@@ -204,6 +204,10 @@ SERVICE_PROBLEMS: dict[tuple[str, str], dict[int, str]] = {
     ("GET", "/.well-known/agent.json"): {503: "The database does not answer."},
     ("POST", "/v1/agents"): {409: "An agent of this name already has a key (agent)."},
     ("GET", "/v1/agents/{name}/card"): {404: "The agent has published no card."},
+    ("POST", "/v1/agents/{name}/discover"): {
+        422: "The agent has no url, or its card cannot be used (card_status invalid).",
+        502: "The agent's card could not be fetched (card_status unreachable).",
+    },
     ("GET", "/v1/users"): {404: "No user has this external_ref."},
     ("POST", "/v1/users"): {409: "Another user has this external_ref (existing_user_id)."},
     ("PATCH", "/v1/sessions/{session_id}"): {

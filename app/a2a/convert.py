@@ -85,15 +85,10 @@ def user_message(task: StoredTask) -> Message:
     )
 
 
-# Statuses whose result document holds what the agent said: its answer (completed) or its
-# question (waiting for the user's input).
-_SPOKEN = frozenset({"completed", "input-required", "auth-required"})
-
-
 def _answer(task: StoredTask) -> tuple[str, Any] | None:
     """The reply text and output data of a completed task, or the agent's question while
-    the task waits for the user."""
-    if task.status not in _SPOKEN or task.result is None:
+    the task waits for the user (input-required, auth-required)."""
+    if not (task.status == "completed" or task.interrupted) or task.result is None:
         return None
     result = {k: v for k, v in task.result.items() if k != REPAIRED_KEY}
     output = result.get("output_data", result)

@@ -80,7 +80,15 @@ from app.coordination.schemas import (
     MessageRequest,
     MessageResult,
 )
-from app.coordination.tasks import AgentTasks, TaskTurn, Waited, task_input, task_priority
+from app.coordination.tasks import (
+    AgentTasks,
+    TaskTurn,
+    Waited,
+    continuation_of,
+    read_input,
+    task_input,
+    task_priority,
+)
 from app.coordination.turn import Turn, apply_turn
 from app.db.pool import Database
 from app.errors import Conflict
@@ -90,7 +98,7 @@ from app.sessions.schemas import PendingAction, Session, SessionContent
 from app.sessions.service import SessionService, require_open
 from app.sessions.state import content_of, evolve
 from app.settings import CoordinationSettings
-from app.tasks.schemas import NewTask
+from app.tasks.schemas import NewTask, Task
 from app.tracing import current_trace_id
 
 # Where fallbacks look for what the user told us about their finances, and how much of it.
@@ -116,6 +124,8 @@ class _Message:
     deadline: float
     # The queued action the turn processes (POST .../pending/next).
     pending: PendingAction | None = None
+    # The session's task that waits for the user's input, which this message answers.
+    resume: Task | None = None
 
     def remaining(self) -> float:
         """Seconds left of the wait budget."""
@@ -267,12 +277,21 @@ class CoordinationService:
         loaded, agents = await self._load()
         rules = loaded.intents
         flags = sorted(caller_flags | session_flags(session))
-        if pending is None:
+        resume = None if pending is not None else await self._awaiting_input(session, agents)
+        found: Route | None
+        if resume is not None:
+            # An A2A agent asked the user a question: this message is the answer, and goes
+            # to the same agent's task (and the same remote task), not through routing.
+            waiting, waiting_agent = resume
+            prio, classifier = _answering(waiting, text), "input_required"
+            found = Route(waiting_agent, f"input_required:{waiting.task_id}")
+        elif pending is None:
             intents, classifier = await self._classify(text, flags, rules, agents, session)
             prio = self._prioritize(intents, rules, agents)
+            found = route(prio.primary, agents, self._policy) if prio.primary else None
         else:
             prio, classifier = as_prioritization(pending, text, rules), "pending_action"
-        found = route(prio.primary, agents, self._policy) if prio.primary is not None else None
+            found = route(prio.primary, agents, self._policy) if prio.primary else None
         outcome = TurnOutcome(flags, classifier, prio, found)
         if found is not None:
             msg = _Message(
@@ -287,6 +306,7 @@ class CoordinationService:
                 budget,
                 time.monotonic() + budget.seconds,
                 pending,
+                resume[0] if resume is not None else None,
             )
             outcome = replace(outcome, steps=await self._run(found, prio, msg))
         decision = outcome.decision(
@@ -381,7 +401,7 @@ class CoordinationService:
             agent, msg.session, msg.text, intent, secondaries, msg.flags, _new_id()
         )
         waited = None
-        if not agent.url:
+        if not agent.url and not agent.a2a_url:
             call = CallResult(None, 0, "agent has no url configured", 0)
         elif breaker.refusing() is not None and kind != "pending_action":
             # The fallback answers now, as it would have; what it cannot do waits in the
@@ -449,9 +469,14 @@ class CoordinationService:
             user_id=str(msg.session.user_id),
             priority=task_priority(intent.score),
         )
+        resume = None
+        waiting = msg.resume
+        if waiting is not None and waiting.agent_name == agent.name and kind == "message":
+            # The same task works again, sending the same remote task and context.
+            resume = (waiting, task_input(request, turn, continuation_of(waiting)))
         budget = 0.0 if breaker.refusing() is not None else msg.remaining()
         return await self._agent_tasks.run(
-            new, msg.principal.name, request.request_id, budget, agent
+            new, msg.principal.name, request.request_id, budget, agent, resume
         )
 
     async def _classify(
@@ -526,6 +551,22 @@ class CoordinationService:
 
     # -- helpers -----------------------------------------------------------------------
 
+    async def _awaiting_input(
+        self, session: Session, agents: list[Agent]
+    ) -> tuple[Task, Agent] | None:
+        """The session's task that waits for the user's input, and its agent, when the
+        agent can still be called and the remote task continued; else None (the message is
+        routed as any other)."""
+        task = await self._agent_tasks.awaiting_input(session.session_id)
+        if task is None or task.kind not in ("message", "handoff"):
+            return None
+        agent = next((a for a in agents if a.name == task.agent_name), None)
+        if agent is None or not agent.enabled or not agent.a2a_url:
+            return None
+        if continuation_of(task) is None:
+            return None
+        return task, agent
+
     async def _open_session(self, session_id: UUID) -> Session:
         session = await self._sessions.get_session(session_id)
         require_open(session)
@@ -538,6 +579,22 @@ class CoordinationService:
             agents = await agents_repo.list_agents(conn)
             rules = await self._rules.current(conn, intent_agents(agents))
         return rules, agents
+
+
+def _answering(task: Task, text: str) -> Prioritization:
+    """A message answering a task's question, as the turn's only intent: the intent the
+    task was asked to handle, with its score (not scored again)."""
+    asked = read_input(task).turn.intent
+    answer = DetectedIntent(
+        intent=asked.intent,
+        clause=text,
+        position=0,
+        matched=("input_required",),
+        base_weight=asked.base_weight,
+        modifiers=(),
+        score=asked.score,
+    )
+    return Prioritization(intents=(answer,), primary=answer, secondaries=(), clarification=None)
 
 
 def _ms_since(started: float) -> int:

@@ -707,6 +707,14 @@ async def _discard_discarded(probe: Probe) -> httpx.Response:
     return await probe.client.delete(f"/v1/dead-letters/{await _discarded_letter(probe)}")
 
 
+async def _discover(probe: Probe, url: str | None) -> httpx.Response:
+    """Discovery of an agent without a url (422), or whose url answers nothing (502)."""
+    name = unique("Cardless")
+    created = await probe.client.post("/v1/agents", json={"name": name, "url": url})
+    assert created.status_code == 201, created.text
+    return await probe.client.post(f"/v1/agents/{name}/discover")
+
+
 # (method, path, status) -> how to make the app answer it. Every documented status that
 # is not derived from a shared mechanism, and every status a service documents, needs one.
 PROVOKE: dict[tuple[str, str, int], Provocation] = {
@@ -743,6 +751,8 @@ PROVOKE: dict[tuple[str, str, int], Provocation] = {
     ("GET", "/v1/agents/{name}/card", 404): lambda p: p.client.get(
         "/v1/agents/Make_Plan_Agent/card"
     ),
+    ("POST", "/v1/agents/{name}/discover", 422): lambda p: _discover(p, None),
+    ("POST", "/v1/agents/{name}/discover", 502): lambda p: _discover(p, "http://127.0.0.1:9/"),
     ("GET", "/v1/users", 404): lambda p: p.client.get("/v1/users?external_ref=nobody"),
     ("POST", "/v1/users", 409): lambda p: _twice(p, "/v1/users", {"external_ref": unique("crm")}),
     ("PATCH", "/v1/sessions/{session_id}", 400): lambda p: _session_write(
