@@ -7,7 +7,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.switchboard-installed
 
-.PHONY: run test lint format migrate install clean-data help bench bench-quick drills n8n-e2e n8n-nodes
+.PHONY: run test lint format migrate install clean-data help bench bench-quick drills n8n-e2e n8n-nodes console-screenshots
 
 help:
 	@echo "make run     serve the API (and scheduler) on \$${SWITCHBOARD_HOST:-127.0.0.1}:\$${SWITCHBOARD_PORT:-8080}"
@@ -18,6 +18,7 @@ help:
 	@echo "make drills  fault drills (own embedded PostgreSQL, bounded, 127.0.0.1 only)"
 	@echo "make n8n-e2e the n8n workflows and nodes in a real n8n (npm installs it once into ~/.cache/switchboard)"
 	@echo "make n8n-nodes the n8n node package: npm ci, build, lint, tests against a live Switchboard"
+	@echo "make console-screenshots  the operator console's screenshots in docs/console/ (headless Chromium)"
 
 # Checked on every run by scripts/venv.sh: CPython 3.11 through 3.14 (else a one-line message
 # naming the range and PYTHON=...), a venv built by another Python than a chosen PYTHON is
@@ -35,8 +36,17 @@ run: $(STAMP)
 migrate: $(STAMP)
 	$(BIN)/switchboard migrate
 
+# scripts/chromium.sh puts Debian's chromium on the machine (as root) for the console's browser
+# tests; without one they skip, saying why.
 test: $(STAMP)
+	@./scripts/chromium.sh
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# The console's screenshots in docs/console/ (shown in the README), taken by its browser tests.
+console-screenshots: $(STAMP)
+	@./scripts/chromium.sh
+	SWITCHBOARD_CONSOLE_SCREENSHOTS=docs/console $(BIN)/python -m pytest \
+	    tests/integration/test_console_browser.py -k round_trip $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

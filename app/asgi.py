@@ -26,6 +26,7 @@ from app.common.jsonbody import JsonRequest
 from app.common.options import AllowedMethods
 from app.common.parameters import ParameterRules
 from app.common.validation import StrictRequestModels
+from app.console import CONSOLE_PATHS, console_parts
 from app.coordination.controller import (
     BreakerController,
     IntentController,
@@ -123,6 +124,11 @@ def create_app(
         settings, database, clock, admin_key=admin_key, resolver=resolver, tracing=tracing
     )
     metrics = Metrics(database, services.breakers)
+    console = (
+        console_parts(settings, services, database, clock, admin_key)
+        if settings.console.enabled
+        else None
+    )
     scheduler = (
         Scheduler(services.jobs, services.events, services.tracing)
         if (settings.scheduler.enabled if run_scheduler is None else run_scheduler)
@@ -197,6 +203,7 @@ def create_app(
             SessionTasksController,
             DeadLetterController,
             *([MetricsController] if settings.server.metrics_enabled else []),
+            *(console.route_handlers if console is not None else []),
         ],
         dependencies={
             "database": provide(database),
@@ -210,6 +217,7 @@ def create_app(
             "erasure_service": provide(services.erasure),
             "coordinator": provide(services.coordinator),
             "rules": provide(services.rules),
+            "escalation": provide(services.escalation),
             "breaker_admin": provide(services.breaker_admin),
             "job_service": provide(services.jobs),
             "events": provide(services.events),
@@ -218,8 +226,11 @@ def create_app(
             "breakers": provide(services.breakers),
             "idempotency": provide(services.idempotency),
             "tasks": provide(services.tasks),
+            **({"console_reads": provide(console.reads)} if console is not None else {}),
         },
-        middleware=[DefineMiddleware(ApiKeyAuthMiddleware, exclude=PUBLIC_PATHS)],
+        middleware=[
+            DefineMiddleware(ApiKeyAuthMiddleware, exclude=[*PUBLIC_PATHS, *CONSOLE_PATHS])
+        ],
         before_request=before_handler,
         request_class=JsonRequest,
         plugins=[StrictRequestModels()],
@@ -231,6 +242,7 @@ def create_app(
                 "agent_service": services.agents,
                 "settings": settings,
                 "clock": clock,
+                "console_auth": console.auth if console is not None else None,
                 DISPATCHER_STATE: a2a_dispatcher(
                     SwitchboardRequestHandler(
                         services.coordinator,
@@ -246,6 +258,7 @@ def create_app(
             }
         ),
         openapi_config=openapi_config(__version__),
+        template_config=console.template_config if console is not None else None,
         debug=False,
         # Logging is set up once per process by its entry point (app/logs.py); Litestar's
         # own set-up would replace it (and format records on a queue thread, where the

@@ -283,6 +283,22 @@ class CoordinationSettings(BaseSettings):
     # The most a caller may ask to wait (Prefer: wait=N above it waits this long): under the
     # 60 s most HTTP clients and proxies (and n8n's HTTP node) give a request.
     wait_max_seconds: float = Field(default=55.0, ge=0, le=3600)
+    # How long fetching an agent's A2A card may take (discovery and the agent_cards job).
+    card_timeout_seconds: float = Field(default=5.0, gt=0, le=60)
+    # Safety limits of the next-step decision (app/coordination/next_step.py): past one,
+    # the session is escalated and waits for a person. Each is an "at most"; the counters
+    # are read from the decision log and the versions and start again at a resolution.
+    # Retries of the same step (intent and agent) after its first failure: seed 001's
+    # max_retries, 3 (the fourth failure in a row of one step asks for a person).
+    max_step_retries: int = Field(default=3, ge=0, le=1000)
+    # Fallback answers in a row (no agent answer between them).
+    max_consecutive_fallbacks: int = Field(default=5, ge=1, le=1000)
+    # Handoffs while progress_percentage does not rise (seed 001's min_check_frequency:
+    # 15 steps without a check).
+    max_handoffs_without_progress: int = Field(default=15, ge=1, le=10_000)
+    # Time since progress_percentage last rose (or the session began, or was resolved):
+    # the default session lifetime.
+    max_age_without_progress: timedelta = Field(default=timedelta(hours=24), gt=timedelta(0))
 
 
 class SchedulerSettings(BaseSettings):
@@ -323,6 +339,8 @@ class SchedulerSettings(BaseSettings):
     audit_retention: timedelta = timedelta(days=365)
     event_retention: timedelta = timedelta(days=30)
     job_run_retention: timedelta = timedelta(days=90)
+    # The agent_cards job: how often discovered agents' A2A cards are fetched again.
+    agent_cards_interval: timedelta = timedelta(minutes=15)
 
 
 class TaskSettings(BaseSettings):
@@ -389,6 +407,23 @@ class WebhookSettings(BaseSettings):
     require_signature: bool = False
     # Signed calls older (or newer) than this are replays.
     signature_tolerance: timedelta = timedelta(minutes=5)
+
+
+class ConsoleSettings(BaseSettings):
+    """The operator console at /console (app/console)."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="SWITCHBOARD_CONSOLE_", extra="ignore", env_ignore_empty=True
+    )
+
+    # Serve /console at all.
+    enabled: bool = True
+    # How long a sign-in lasts; the cookie and its signed expiry both end then.
+    session_seconds: int = Field(default=8 * 3600, ge=1, le=7 * 24 * 3600)
+    # Signs the console's session cookies. Unset: derived from the admin key, so every
+    # replica that shares the admin key accepts the same cookies, and a new admin key
+    # signs everyone out.
+    secret: str | None = Field(default=None, min_length=32)
 
 
 Scheme = Literal["http", "https"]
@@ -476,6 +511,7 @@ class Settings(BaseSettings):
     webhooks: WebhookSettings = Field(default_factory=WebhookSettings)
     tasks: TaskSettings = Field(default_factory=TaskSettings)
     outbound: OutboundSettings = Field(default_factory=OutboundSettings)
+    console: ConsoleSettings = Field(default_factory=ConsoleSettings)
 
     @property
     def max_body_bytes(self) -> int:

@@ -357,6 +357,19 @@ CREATE TABLE agents (
     reset_timeout_ms integer NOT NULL DEFAULT 30000
         CHECK (reset_timeout_ms BETWEEN 10 AND 86400000),
     updated_at timestamptz NOT NULL DEFAULT now(),
+    -- Revision 0023: A2A. The JSON-RPC interface the agent's card declares (and its
+    -- protocol version): an agent with one is called with A2A SendMessage, not the seed's
+    -- JSON request (app/outbound/a2a.py).
+    a2a_url text CHECK (a2a_url ~ '^https?://[^\s]+$' AND char_length(a2a_url) <= 2000),
+    a2a_protocol_version text CHECK (char_length(a2a_protocol_version) <= 20),
+    -- Where the card came from and how its last fetch went: published (POST .../card),
+    -- discovered (fetched from the agent's /.well-known/agent-card.json), unreachable or
+    -- invalid (the last fetch failed; the card fetched before, if any, stays in use).
+    card_status text CHECK (card_status IN ('published', 'discovered', 'unreachable', 'invalid')),
+    card_error text CHECK (char_length(card_error) <= 2000),
+    -- The last fetch that succeeded, and the last one tried.
+    card_fetched_at timestamptz,
+    card_checked_at timestamptz,
     -- The admin key acts (and owns memories) as "admin": no agent may take the name.
     CONSTRAINT agents_name_not_admin CHECK (lower(name) <> 'admin')
 );
@@ -412,7 +425,12 @@ CREATE TABLE coordination_decisions (
     routed_by text,
     breaker_state text,
     -- accepted (revision 0021): answered 202 with the agent's task (Prefer: respond-async).
-    outcome text NOT NULL CHECK (outcome IN ('agent', 'fallback', 'clarification', 'accepted')),
+    -- escalated, resolved (revision 0022): a session marked escalated (the next-step
+    -- decision or a dead letter asked for a person: response.output_data holds the
+    -- context) and a person's resolution of it (message: their note).
+    outcome text NOT NULL
+        CHECK (outcome IN ('agent', 'fallback', 'clarification', 'accepted', 'escalated',
+                           'resolved')),
     fallback text,
     degraded boolean NOT NULL,
     attempts integer NOT NULL DEFAULT 0,
@@ -428,7 +446,11 @@ CREATE TABLE coordination_decisions (
     -- stopped waiting for, or whose late answer this records. No foreign key: the decision
     -- outlives the task's row.
     task_id uuid,
-    -- The branch the turn was written to (revision 0022), NULL for the session itself;
+    -- The next-step decision made after this one (revision 0022): outcome, rule, and its
+    -- inputs (the event, the counters read from the log, the limits), so that it can be
+    -- replayed and explained (app/coordination/next_step.py).
+    next_step jsonb,
+    -- The branch the turn was written to (revision 0024), NULL for the session itself;
     -- session_version is then the branch's version. No foreign key: the decision outlives
     -- the branch.
     branch text
@@ -707,8 +729,8 @@ AS $$
       AND memory_readable(m, at, caller, ARRAY(SELECT memory_readable_levels(is_admin, roles)))
 $$;
 
--- An agent as every statement returns it: its settings and state, never its key hash or
--- card; `enabled` as routing sees it (false when the admin switched the agent off or
+-- An agent as every statement returns it: its settings, state and card status, never its
+-- key hash or card; `enabled` as routing sees it (false when the admin switched the agent off or
 -- disabled it with DELETE, which also revoked its key); has_key (whether it has one).
 -- Statements call it on a row of agents: FROM agents a, agent_shown(a) s, or on the row a
 -- write returns (FROM changed c, agent_shown(c) s). One SELECT returning a set: the planner
@@ -719,13 +741,15 @@ CREATE FUNCTION agent_shown(a agents)
         disabled_at timestamptz, description text, url text, timeout_ms integer,
         retry_attempts integer, fallback_strategy text, intents text[], skills jsonb,
         enabled boolean, fail_max integer, reset_timeout_ms integer, has_key boolean,
-        updated_at timestamptz)
+        updated_at timestamptz, a2a_url text, a2a_protocol_version text, card_status text,
+        card_error text, card_fetched_at timestamptz, card_checked_at timestamptz)
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
 AS $$
     SELECT a.agent_id, a.name, a.roles, a.created_at, a.disabled_at, a.description, a.url,
            a.timeout_ms, a.retry_attempts, a.fallback_strategy, a.intents, a.skills,
            a.enabled AND a.disabled_at IS NULL, a.fail_max, a.reset_timeout_ms,
-           a.api_key_hash IS NOT NULL, a.updated_at
+           a.api_key_hash IS NOT NULL, a.updated_at, a.a2a_url, a.a2a_protocol_version,
+           a.card_status, a.card_error, a.card_fetched_at, a.card_checked_at
 $$;
 
 -- The version row that records a session as it now is (`s`, a session_coordination row),
@@ -774,12 +798,12 @@ AS $$
     SELECT s.session_state ->> 'active_process' IS NOT NULL
 $$;
 
--- Time may idle a session, warn of its expiry and expire it, unless the user preserved it
--- or it runs a process.
+-- Time may idle a session, warn of its expiry and expire it, unless the user preserved it,
+-- it runs a process, or it waits for a person (escalated, revision 0022).
 CREATE FUNCTION session_may_lapse(s session_coordination) RETURNS boolean
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
 AS $$
-    SELECT NOT s.preserve AND NOT session_running(s)
+    SELECT NOT s.preserve AND NOT session_running(s) AND s.status <> 'escalated'
 $$;
 
 -- Inactivity: an active session quiet since before `inactive_before` becomes idle.
@@ -1137,7 +1161,8 @@ CREATE TABLE agent_tasks (
     started_at timestamptz,
     finished_at timestamptz,
     last_error text,
-    -- The seed's response_format, once completed.
+    -- The seed's response_format, once completed; while input-required, the agent's
+    -- question and the A2A task and context to continue (app/coordination/tasks.py).
     result jsonb,
     -- The coordination decision that created the task.
     decision_id uuid,
@@ -1166,6 +1191,10 @@ CREATE UNIQUE INDEX agent_tasks_idempotency_key ON agent_tasks (created_by, idem
     WHERE idempotency_key IS NOT NULL;
 CREATE INDEX agent_tasks_session_idx ON agent_tasks (session_id, created_at DESC, task_id DESC)
     WHERE session_id IS NOT NULL;
+-- A session's task waiting for the user's input, looked up by every message (revision
+-- 0023): only such tasks are in it.
+CREATE INDEX agent_tasks_awaiting_input_idx ON agent_tasks (session_id, created_at DESC)
+    WHERE status IN ('input-required', 'auth-required');
 -- Erasure finds a user's tasks without a session by this.
 CREATE INDEX agent_tasks_user_idx ON agent_tasks (user_id) WHERE user_id IS NOT NULL;
 -- ON DELETE SET NULL of requeue_of looks up the requeues of a deleted task.
@@ -1218,7 +1247,8 @@ CREATE INDEX dead_letters_requeued_idx ON dead_letters (requeued_task_id)
 -- transition, written with it. A retry (working -> working at a new attempt, or a lease
 -- given up) is recorded; a lease renewal or a detach is not a transition (the trigger's
 -- WHEN leaves them out). AFTER, not BEFORE: the history row references the task row. A
--- finished task is announced on switchboard_task_finished (TaskService.wait listens).
+-- finished task, or one that waits for the user's input (revision 0023), is announced on
+-- switchboard_task_finished (TaskService.wait listens).
 CREATE FUNCTION agent_task_transition() RETURNS trigger
     LANGUAGE plpgsql
 AS $$
@@ -1247,7 +1277,8 @@ BEGIN
     VALUES (NEW.task_id, CASE WHEN TG_OP = 'UPDATE' THEN OLD.status END, NEW.status,
             NEW.attempt, coalesce(NEW.status_actor, NEW.created_by), NEW.status_reason,
             NEW.scheduled_at);
-    IF NEW.status IN ('completed', 'failed', 'canceled', 'rejected') THEN
+    IF NEW.status IN ('completed', 'failed', 'canceled', 'rejected', 'input-required',
+                      'auth-required') THEN
         PERFORM pg_notify('switchboard_task_finished', NEW.task_id::text);
     END IF;
     RETURN NULL;
@@ -1274,8 +1305,9 @@ $$;
 -- The claim: up to `wanted` due tasks leased to `owner` until `lease_until`, in priority
 -- (10 first) then scheduled_at order, skipping rows another claimer holds and agents at
 -- their concurrency limit (`limited_agents` with `agent_limits`, `default_limit` for the
--- rest). Claims take turns (a transaction-level advisory lock): the per-agent count they
--- read is then never read by two at once. A plpgsql function, so that the claim after the
+-- rest) and tasks held by their escalated session (agent_task_held). Claims take turns (a
+-- transaction-level advisory lock): the per-agent count they read is then never read by
+-- two at once. A plpgsql function, so that the claim after the
 -- lock reads a snapshot taken after it, in one round trip. A few more rows than wanted are
 -- locked, so that per-agent trimming still fills the batch.
 CREATE FUNCTION agent_tasks_claim(
@@ -1297,6 +1329,7 @@ BEGIN
         FROM agent_tasks t
         WHERE t.status IN ('submitted', 'working') AND t.lease_owner IS NULL
           AND t.scheduled_at <= $1
+          AND NOT agent_task_held(t.session_id, t.requeue_of)
           AND coalesce((SELECT r.n FROM running r WHERE r.agent_name = t.agent_name), 0)
               < coalesce((SELECT l.n FROM limits l WHERE l.agent_name = t.agent_name), $7)
         ORDER BY t.priority DESC, t.scheduled_at
@@ -1336,9 +1369,12 @@ CREATE TRIGGER agent_tasks_queued
     FOR EACH STATEMENT EXECUTE FUNCTION agent_task_queued();
 
 -- A task that failed for good (`t`, already 'failed'): its dead letter, its session
--- marked escalated (a new version, when the session is active or idle) and a
+-- escalated (session_escalate: a new version when the session is active or idle, the
+-- decision with the failure's context, the session.escalated event) and a
 -- task.dead_lettered event, at `at`. Returns the dead letter's id. Every way a task fails
 -- for good (a last attempt, a refusal, a lease that ran out on the last attempt) ends here.
+-- A dead letter always asks for a person (manual_intervention_required): the next-step
+-- rule dead_lettered, fixed here rather than read from next_step_rules.
 CREATE FUNCTION agent_task_dead_lettered(t agent_tasks, why text, at timestamptz)
     RETURNS uuid
     LANGUAGE plpgsql
@@ -1346,21 +1382,44 @@ AS $$
 DECLARE
     letter uuid;
     level integer;
+    errors jsonb;
 BEGIN
     SELECT coalesce(max(d.escalation_level), 0) + 1 INTO level
     FROM dead_letters d WHERE d.task_id = t.requeue_of;
     INSERT INTO dead_letters (task_id, failure_reason, last_error, failed_at, escalation_level)
     VALUES (t.task_id, why, t.last_error, at, level)
     RETURNING dead_letter_id INTO letter;
-    WITH escalated AS (
-        UPDATE session_coordination s
-        SET status = 'escalated', version = s.version + 1, updated_at = at
-        WHERE s.session_id = t.session_id AND s.status IN ('active', 'idle')
-        RETURNING s.*
-    )
-    INSERT INTO session_state_versions
-    SELECT v.* FROM escalated e,
-        session_version(e, 'task:' || t.task_id::text, 'task dead-lettered: ' || why, at) v;
+    -- The last errors: the failed attempts' own, newest first (a retry's reason is
+    -- 'retry after: <error>'), the final one first of all.
+    SELECT coalesce(jsonb_agg(e.reason ORDER BY e.at DESC), '[]') INTO errors
+    FROM (SELECT x.reason, x.at FROM agent_task_transitions x
+          WHERE x.task_id = t.task_id AND x.reason LIKE 'retry after: %'
+          ORDER BY x.at DESC LIMIT 4) e;
+    IF t.last_error IS NOT NULL THEN
+        errors := jsonb_build_array(t.last_error) || errors;
+    END IF;
+    PERFORM session_escalate(
+        t.session_id, 'task:' || t.task_id::text,
+        'task ' || t.task_id::text || ' (' || t.agent_name || ') failed for good: ' || why,
+        jsonb_build_object(
+            'event', 'dead_lettered',
+            'what_failed', jsonb_build_object('task_id', t.task_id, 'agent', t.agent_name,
+                                              'kind', t.kind, 'failure_reason', why,
+                                              'dead_letter_id', letter),
+            'how_often', jsonb_build_object('attempts', t.attempt,
+                                            'escalation_level', level),
+            'limits', jsonb_build_object('max_attempts', t.max_attempts),
+            'last_errors', errors),
+        jsonb_build_object(
+            'outcome', 'request_manual_intervention', 'rule', 'dead_lettered',
+            'reason', 'a task failed for good: its dead letter needs a person',
+            'inputs', jsonb_build_object(
+                'event', 'dead_lettered',
+                'counters', jsonb_build_object('attempts', t.attempt,
+                                               'escalation_level', level),
+                'limits', jsonb_build_object('max_attempts', t.max_attempts))),
+        at, t.trace_id, t.task_id)
+    WHERE t.session_id IS NOT NULL;
     INSERT INTO outbox_events (event_type, payload, created_at)
     VALUES ('task.dead_lettered',
             jsonb_build_object('dead_letter_id', letter, 'task_id', t.task_id,
@@ -1419,4 +1478,100 @@ CREATE FUNCTION branch_memory_readable(
 AS $$
     SELECT (b.expires_at IS NULL OR b.expires_at > at)
        AND memory_visible(b.agent_name, b.access_level, caller, readable)
+$$;
+
+-- ---------------------------------------------------------------------------------------
+-- Next step and escalation (revision 0022)
+
+-- The next-step rules (app/coordination/next_step.py): after each agent result and each
+-- failure the coordinator takes the first rule, by position, whose event (NULL: any) and
+-- condition hold, and records its outcome with the inputs it read. Conditions and outcomes
+-- are a fixed vocabulary (the checks below); which condition leads to which outcome, and
+-- in what order, is data a deployment may change. The limits are settings.
+CREATE TABLE next_step_rules (
+    position integer PRIMARY KEY CHECK (position >= 0),
+    name text NOT NULL UNIQUE CHECK (name ~ '^[a-z][a-z0-9_]{0,63}$'),
+    event text CHECK (event IN ('answered', 'fallback', 'clarification', 'accepted')),
+    condition text NOT NULL
+        CHECK (condition IN ('always', 'step_retries_exhausted', 'fallbacks_exceeded',
+                             'handoffs_exceeded', 'stalled', 'complete', 'handoff_suggested',
+                             'queue_waiting')),
+    outcome text NOT NULL
+        CHECK (outcome IN ('continue', 'hand_off', 'ask_user', 'finalize',
+                           'request_manual_intervention')),
+    description text NOT NULL DEFAULT ''
+);
+
+INSERT INTO next_step_rules (position, name, event, condition, outcome, description) VALUES
+    (10, 'step_retries', NULL, 'step_retries_exhausted', 'request_manual_intervention',
+     'the same step (intent and agent) failed again after its last allowed retry'),
+    (20, 'consecutive_fallbacks', NULL, 'fallbacks_exceeded', 'request_manual_intervention',
+     'more fallback answers in a row than allowed'),
+    (30, 'handoffs_without_progress', NULL, 'handoffs_exceeded', 'request_manual_intervention',
+     'more handoffs than allowed without the progress moving'),
+    (40, 'stalled', NULL, 'stalled', 'request_manual_intervention',
+     'no progress for longer than allowed'),
+    (50, 'clarification', 'clarification', 'always', 'ask_user',
+     'the intents were too close to call: the user picks'),
+    (60, 'finished', 'answered', 'complete', 'finalize',
+     'the agent reported 100% and nothing waits in the queue'),
+    (70, 'handoff', NULL, 'handoff_suggested', 'hand_off',
+     'the turn passed the request on, or the answer suggested a registered agent'),
+    (80, 'next_intent', NULL, 'queue_waiting', 'continue',
+     'a queued intent waits: process it next (POST .../pending/next)'),
+    (90, 'wait_for_user', NULL, 'always', 'ask_user',
+     'nothing else to do: the next message is the user''s');
+
+-- Whether a task waits for its session: a session that waits for a person (escalated)
+-- holds its tasks in the queue (queued, not failed) until it is resolved. A dead letter's
+-- requeue is a person's own decision and is not held.
+CREATE FUNCTION agent_task_held(sid uuid, requeue_of uuid) RETURNS boolean
+    LANGUAGE sql STABLE PARALLEL SAFE
+AS $$
+    SELECT requeue_of IS NULL AND EXISTS (
+        SELECT 1 FROM session_coordination s
+        WHERE s.session_id = sid AND s.status = 'escalated')
+$$;
+
+-- Manual intervention: session `sid` marked escalated at `at` (a new version by `actor`,
+-- when it is active or idle), the decision that records why (outcome 'escalated', message
+-- `why`, the context in response.output_data, the next-step decision in next_step) and
+-- the event session.escalated, in one statement. Returns the decision's id; NULL when the
+-- session is not active or idle (already escalated, completed, gone): nothing is written.
+-- The one way the server escalates: the coordinator's next-step decision
+-- (app/coordination/escalation.py) and a task's dead letter both come here.
+CREATE FUNCTION session_escalate(
+    sid uuid, actor text, why text, context jsonb, decided jsonb, at timestamptz,
+    trace text, task uuid)
+    RETURNS uuid
+    LANGUAGE sql VOLATILE
+AS $$
+    WITH escalated AS (
+        UPDATE session_coordination c
+        SET status = 'escalated', version = c.version + 1, updated_at = at
+        WHERE c.session_id = sid AND c.status IN ('active', 'idle')
+        RETURNING c.*
+    ), recorded AS (
+        INSERT INTO session_state_versions
+        SELECT v.* FROM escalated e, session_version(e, actor, 'escalated: ' || why, at) v
+    ), decision AS (
+        INSERT INTO coordination_decisions (
+            session_id, session_version, message, classifier, intents, outcome, degraded,
+            response, execution_time_ms, created_by, created_at, trace_id, task_id, next_step)
+        SELECT e.session_id, e.version, why, 'next_step', '[]', 'escalated', false,
+               jsonb_build_object('text', why, 'output_data', context,
+                                  'next_agent_suggestions', '[]'::jsonb),
+               0, actor, at, trace, task, decided
+        FROM escalated e
+        RETURNING decision_id, session_version
+    ), told AS (
+        INSERT INTO outbox_events (event_type, payload, created_at)
+        SELECT 'session.escalated',
+               jsonb_build_object('session_id', sid, 'session_version', d.session_version,
+                                  'decision_id', d.decision_id, 'reason', why,
+                                  'escalated_by', actor, 'task_id', task, 'context', context),
+               at
+        FROM decision d
+    )
+    SELECT decision_id FROM decision
 $$;

@@ -20,11 +20,15 @@ import logging
 from datetime import datetime
 from typing import Any
 
+import msgspec
+
 from app.agents import repository as agents_repo
 from app.clock import Clock
 from app.coordination.answers import RepairKind
 from app.coordination.breakers import BreakerRegistry
+from app.coordination.escalation import EscalationService, StepEvent
 from app.coordination.outcome import response_text
+from app.coordination.rules import RulesService
 from app.coordination.schemas import (
     AgentResponse,
     DecisionRecord,
@@ -58,12 +62,16 @@ class TaskCompletion:
         targets: TurnTargets,
         breakers: BreakerRegistry,
         events: EventService,
+        rules: RulesService,
+        escalation: EscalationService,
     ) -> None:
         self._db = database
         self._clock = clock
         self._targets = targets
         self._breakers = breakers
         self._events = events
+        self._rules = rules
+        self._escalation = escalation
 
     async def finished(self, task: Task) -> None:
         """Apply a detached task's end to its session and tell subscribers. A dead letter's
@@ -134,11 +142,35 @@ class TaskCompletion:
             trace_id=task.trace_id,
             task_id=task.task_id,
         )
+        # The next step after the late answer, like a turn's (app/coordination/escalation.py).
+        after, _ = apply_task_end(content_of(session), self._clock.now(), end)
+        async with self._db.connection() as conn:
+            next_steps = await self._rules.next_steps(conn)
+        decided = await self._escalation.decide(
+            task.session_id,
+            StepEvent(
+                event="answered",
+                intent=turn.intent.intent,
+                agent=task.agent_name,
+                error=None,
+                handed_off=False,
+                suggested=end.next_agent if end.next_agent != task.agent_name else None,
+                progress_before=session.progress_percentage,
+                progress_after=after.progress_percentage,
+                pending_actions=after.session_state.pending_actions,
+            ),
+            next_steps,
+        )
+        decision = msgspec.structs.replace(decision, next_step=decided.record)
         if memories.rejected:
             logger.warning(
                 "task %s: %d memory updates rejected", task.task_id, len(memories.rejected)
             )
         await self._apply(task, target, session, end, event, decision)
+        if decided.escalates:
+            await self._escalation.escalate(
+                task.session_id, task.created_by, decided, task_id=task.task_id
+            )
 
     async def _failed(self, task: Task, data: TaskInput) -> None:
         assert task.session_id is not None

@@ -13,10 +13,12 @@ from litestar.di import NamedDependency
 from litestar.openapi.datastructures import ResponseSpec
 from litestar.params import FromPath, HeaderParameter, JSONBody, QueryParameter
 
-from app.auth.guards import admin_only
+from app.auth.guards import admin_only, integration_key
 from app.auth.principal import Principal
 from app.common.pagination import DEFAULT_LIMIT, MAX_LIMIT
 from app.coordination.breaker_admin import BreakerAdmin
+from app.coordination.escalation import EscalationService
+from app.coordination.next_step import NextStepRule
 from app.coordination.prefer import WaitBudget, parse_prefer
 from app.coordination.rules import RulesService
 from app.coordination.schemas import (
@@ -32,6 +34,8 @@ from app.coordination.schemas import (
     MessageRequest,
     MessageResult,
     ModifierWrite,
+    Resolution,
+    ResolveRequest,
 )
 from app.coordination.service import CoordinationService
 from app.errors import BadRequest
@@ -83,6 +87,7 @@ def waited_response(
 Coordinator = NamedDependency[CoordinationService]
 Rules = NamedDependency[RulesService]
 Breakers = NamedDependency[BreakerAdmin]
+Escalations = NamedDependency[EscalationService]
 _NAME_RULE = "lowercase letters, digits and underscores, starting with a letter"
 _RULE_NAME = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
 
@@ -116,6 +121,13 @@ class IntentController(Controller):
         """Set the base weight and replace the keyword phrases of an intent."""
         _check_rule_name(name)
         return await rules.put_intent(name, data)
+
+    @get("/next-step-rules", summary="The next-step rules, in the order they are tried")
+    async def list_next_step_rules(self, rules: Rules) -> list[NextStepRule]:
+        """What happens after each agent result and failure: the first rule whose event
+        and condition hold gives the outcome (continue, hand_off, ask_user, finalize,
+        request_manual_intervention); the limits are settings."""
+        return await rules.list_next_steps()
 
     @get("/intent-modifiers", summary="Context modifiers and their cues")
     async def list_modifiers(self, rules: Rules) -> list[IntentModifier]:
@@ -210,6 +222,25 @@ class SessionMessageController(Controller):
         budget = coordinator.budget(parse_prefer(request.headers.getall("prefer", [])))
         result = await coordinator.next_pending(session_id, request.user, budget)
         return waited_response(result, budget)
+
+    @post(
+        "/resolve",
+        status_code=200,
+        guards=[integration_key],
+        summary="Resolve an escalated session (manual intervention done)",
+    )
+    async def resolve(
+        self,
+        request: AnyRequest,
+        session_id: FromPath[UUID],
+        data: JSONBody[ResolveRequest],
+        escalation: Escalations,
+    ) -> Resolution:
+        """A person's answer to an escalation (the admin key or a coordination_manager
+        agent): the note is recorded in the decision log and a new version, the session is
+        active again (event session.resolved) and its held tasks run. 409 when the session
+        is not escalated."""
+        return await escalation.resolve(session_id, data.note, request.user)
 
     @get("/decisions", summary="The session's coordination decisions")
     async def decisions(

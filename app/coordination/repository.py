@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import logging
-from datetime import datetime
+from datetime import datetime, timedelta
+from typing import Any
 from uuid import UUID
 
 import msgspec
 
 from app.coordination.fallbacks import FallbackData, FallbackTemplate, Lesson
+from app.coordination.next_step import NextStepRule, PriorCounts
 from app.coordination.schemas import (
     Decision,
     IntentModifier,
@@ -121,3 +123,75 @@ async def list_decisions(
     """A page of a session's decisions, newest first."""
     rows = await conn.fetch(Q.list_decisions, session_id, before[0], before[1], limit)
     return [msgspec.convert(dict(row), Decision) for row in rows]
+
+
+async def next_step_rules(conn: Connection) -> list[NextStepRule]:
+    """The next-step rules, by position."""
+    return [msgspec.convert(dict(row), NextStepRule) for row in await conn.fetch(Q.next_step_rules)]
+
+
+async def next_step_counters(
+    conn: Connection, session_id: UUID, intent: str | None, agent: str | None, now: datetime
+) -> PriorCounts:
+    """The session's counters before this event, for the step (intent, agent)."""
+    row = await conn.fetchrow(Q.next_step_counters, session_id, intent, agent, now)
+    if row is None:  # a SELECT without FROM always returns one row
+        raise RuntimeError("next_step_counters returned no row")
+    return msgspec.convert(dict(row), PriorCounts)
+
+
+async def escalate_session(
+    conn: Connection,
+    session_id: UUID,
+    actor: str,
+    why: str,
+    context: dict[str, Any],
+    next_step: dict[str, Any],
+    now: datetime,
+    trace_id: str | None,
+    task_id: UUID | None,
+) -> UUID | None:
+    """session_escalate(): the escalation's decision id, or None when the session was not
+    active or idle (nothing written)."""
+    decided: UUID | None = await conn.fetchval(
+        Q.escalate_session, session_id, actor, why, context, next_step, now, trace_id, task_id
+    )
+    return decided
+
+
+class Escalation(msgspec.Struct, frozen=True):
+    """The decision that escalated a session last."""
+
+    decision_id: UUID
+    message: str
+    context: dict[str, Any] | None
+    created_at: datetime
+
+
+async def latest_escalation(conn: Connection, session_id: UUID) -> Escalation | None:
+    """The session's latest escalation decision, if any."""
+    row = await conn.fetchrow(Q.latest_escalation, session_id)
+    return None if row is None else msgspec.convert(dict(row), Escalation)
+
+
+async def resolve_session(
+    conn: Connection,
+    session_id: UUID,
+    actor: str,
+    note: str,
+    now: datetime,
+    escalation: dict[str, Any],
+    trace_id: str | None,
+    keep_alive: timedelta,
+) -> tuple[int, UUID] | None:
+    """Resolve an escalated session (resolve_session); its new version and the resolution's
+    decision id, or None when it is not escalated."""
+    row = await conn.fetchrow(
+        Q.resolve_session, session_id, actor, note, now, escalation, trace_id, keep_alive
+    )
+    return None if row is None else (int(row["version"]), row["decision_id"])
+
+
+async def wake_workers(conn: Connection) -> None:
+    """NOTIFY the task workers (held tasks may run)."""
+    await conn.execute(QUERIES.tasks.wake_workers)

@@ -1,6 +1,7 @@
-"""The intent rules and the fallbacks' wording: reference data that the coordinator reads
-on every message (cached briefly) and the admin changes (``/v1/intents``,
-``/v1/intent-modifiers``). A change takes effect at once on the replica that made it, and
+"""The intent rules, the fallbacks' wording and the next-step rules: reference data that
+the coordinator reads on every message (cached briefly) and the admin changes
+(``/v1/intents``, ``/v1/intent-modifiers``; the next-step rules in SQL, shown at
+``/v1/next-step-rules``). A change takes effect at once on the replica that made it, and
 within ``rules_cache_seconds`` on the others."""
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from app.clock import Clock
 from app.coordination import repository as repo
 from app.coordination.fallbacks import FallbackData
 from app.coordination.intents import IntentRules
+from app.coordination.next_step import NextStepRule
 from app.coordination.schemas import (
     IntentModifier,
     IntentType,
@@ -30,6 +32,8 @@ class Rules:
 
     intents: IntentRules
     fallbacks: FallbackData
+    # What happens after each agent result and failure (app/coordination/next_step.py).
+    next_steps: tuple[NextStepRule, ...] = ()
 
 
 def _phrases(phrases: list[str]) -> list[str]:
@@ -47,6 +51,7 @@ class RulesService:
         self._rules: Rules | None = None
         self._rule_data = RuleData(weights={}, keywords={}, modifiers={}, cues={})
         self._fallback_data = FallbackData(templates={}, lessons=())
+        self._next_steps: tuple[NextStepRule, ...] = ()
         self._loaded_at = 0.0
 
     async def current(self, conn: Connection, serving: dict[str, str]) -> Rules:
@@ -56,10 +61,24 @@ class RulesService:
         if self._rules is None or not fresh:
             self._rule_data = await repo.intent_rule_data(conn)
             self._fallback_data = await repo.fallback_data(conn)
+            self._next_steps = tuple(await repo.next_step_rules(conn))
             self._loaded_at = time.monotonic()
         if self._rules is None or not fresh or self._rules.intents.intent_agents != serving:
-            self._rules = Rules(self._rule_data.rules(serving), self._fallback_data)
+            self._rules = Rules(
+                self._rule_data.rules(serving), self._fallback_data, self._next_steps
+            )
         return self._rules
+
+    async def next_steps(self, conn: Connection) -> tuple[NextStepRule, ...]:
+        """The next-step rules alone (a late task answer's decision), cached like the rest."""
+        if self._rules is None or time.monotonic() - self._loaded_at >= self._cache_seconds:
+            self._next_steps = tuple(await repo.next_step_rules(conn))
+        return self._next_steps
+
+    async def list_next_steps(self) -> list[NextStepRule]:
+        """The next-step rules, by position."""
+        async with self._db.connection() as conn:
+            return await repo.next_step_rules(conn)
 
     async def list_intents(self) -> list[IntentType]:
         """Intent types, weights and keywords."""

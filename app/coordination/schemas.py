@@ -283,6 +283,10 @@ class MessageResult:
     # the session when it comes (event task.completed). None: no agent was called.
     task_id: UUID | None = None
     task_url: str | None = None
+    # What the session does next (the decision's next_step): request_manual_intervention
+    # means the session is now escalated and takes no messages until a person resolves it.
+    next_step: NextStepRecord | None = None
+    session_status: str = "active"
     # The branch the turn was written to (POST .../branches/{branch}/messages): then
     # ``session_version`` is the branch's version. None: the session itself.
     branch: str | None = None
@@ -303,8 +307,34 @@ class MessageAccepted:
     agent: str | None
     intents: list[IntentView]
     pending_actions: list[JsonObject]
+    next_step: NextStepRecord | None = None
     # As in MessageResult: the branch the turn was written to, or None.
     branch: str | None = None
+
+
+class ResolveRequest(BaseModel):
+    """A person's resolution of an escalated session: what they did about it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    note: Annotated[
+        str, StringConstraints(strip_whitespace=True, min_length=1, max_length=2000)
+    ] = Field(description="What was done about the escalation (recorded in the decision log).")
+
+
+@dataclass(frozen=True, slots=True)
+class Resolution:
+    """The answer to POST /v1/sessions/{id}/resolve."""
+
+    session_id: UUID
+    session_version: int
+    status: str
+    decision_id: UUID
+    # The escalation this resolution ends: its decision and why it was made.
+    escalation_decision_id: UUID | None
+    escalation_reason: str | None
+    note: str
+    resolved_by: str
 
 
 class RoutedTo(msgspec.Struct, frozen=True):
@@ -331,6 +361,18 @@ class DecisionResponse(msgspec.Struct, frozen=True):
     # cut off ("truncated") or broken before its end ("malformed").
     repaired: bool = False
     repaired_from: RepairKind | None = None
+
+
+class NextStepRecord(msgspec.Struct, frozen=True, kw_only=True):
+    """A next-step decision as the log stores and shows it (app/coordination/next_step.py):
+    the outcome, the rule that gave it and why, and the inputs it read (the event, the
+    counters, the limits and the event's facts; a dead letter's and a resolution's are
+    written by SQL and name their own)."""
+
+    outcome: str
+    rule: str
+    reason: str
+    inputs: JsonObject
 
 
 class DecisionRecord(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -366,6 +408,8 @@ class DecisionRecord(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=Tr
     # The agent task behind the answer: waited for, stopped waiting for (the fallback
     # answered), accepted (respond-async), or whose late answer this decision records.
     task_id: UUID | None = None
+    # What the session does next, decided after this (NULL on decisions from before it).
+    next_step: NextStepRecord | None = None
     # The branch the turn was written to (its session_version is the branch's version);
     # None: the session itself. Set by the statement that stores the decision.
     branch: str | None = None

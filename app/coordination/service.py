@@ -9,8 +9,10 @@ where a failed orchestrator passes a request), ``dispatch`` (calling an agent),
 ``fallbacks`` (answering without it), ``memory_updates``, ``outcome`` (the decision, the
 session turn and the answer, made of what happened), ``turn`` (the session update),
 ``pending`` (the queue), ``prefer`` (the wait budget), ``tasks`` (an agent step as a task,
-and the wait), ``completion`` (a task's late answer, applied to the session) and
-``target`` (where a turn is read and written: the session itself or one of its branches).
+and the wait), ``completion`` (a task's late answer, applied to the session), ``next_step``
+(what the session does next, by rules as data), ``escalation`` (the next step's
+counters, manual intervention and its resolution) and ``target`` (where a turn is read
+and written: the session itself or one of its branches).
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ import uuid
 from dataclasses import dataclass, replace
 from datetime import datetime
 from uuid import UUID
+
+import msgspec
 
 from app.agents import repository as agents_repo
 from app.agents.schemas import Agent
@@ -31,6 +35,7 @@ from app.coordination.breaker import AsyncCircuitBreaker
 from app.coordination.breakers import BreakerRegistry
 from app.coordination.context import session_flags
 from app.coordination.dispatch import AgentClient, CallResult, agent_request, classifier_request
+from app.coordination.escalation import EscalationService, StepEvent, refuse_if_escalated
 from app.coordination.fallbacks import (
     FallbackContext,
     FallbackData,
@@ -76,8 +81,16 @@ from app.coordination.schemas import (
     MessageResult,
 )
 from app.coordination.target import TurnTarget, TurnTargets
-from app.coordination.tasks import AgentTasks, TaskTurn, Waited, task_input, task_priority
-from app.coordination.turn import apply_turn
+from app.coordination.tasks import (
+    AgentTasks,
+    TaskTurn,
+    Waited,
+    continuation_of,
+    read_input,
+    task_input,
+    task_priority,
+)
+from app.coordination.turn import Turn, apply_turn
 from app.db.pool import Database
 from app.errors import Conflict
 from app.memories.schemas import Memory
@@ -85,7 +98,7 @@ from app.sessions.schemas import PendingAction, Session, SessionContent
 from app.sessions.service import SessionService, require_open
 from app.sessions.state import content_of, evolve
 from app.settings import CoordinationSettings
-from app.tasks.schemas import NewTask
+from app.tasks.schemas import NewTask, Task
 from app.tracing import current_trace_id
 
 # Where fallbacks look for what the user told us about their finances, and how much of it.
@@ -113,6 +126,8 @@ class _Message:
     deadline: float
     # The queued action the turn processes (POST .../pending/next).
     pending: PendingAction | None = None
+    # The session's task that waits for the user's input, which this message answers.
+    resume: Task | None = None
 
     def remaining(self) -> float:
         """Seconds left of the wait budget."""
@@ -133,6 +148,7 @@ class CoordinationService:
         breakers: BreakerRegistry,
         agents: AgentClient,
         agent_tasks: AgentTasks,
+        escalation: EscalationService,
     ) -> None:
         self._db = database
         self._clock = clock
@@ -143,6 +159,7 @@ class CoordinationService:
         self._breakers = breakers
         self._agents = agents
         self._agent_tasks = agent_tasks
+        self._escalation = escalation
         self._policy = RoutingPolicy(
             default_agent=settings.default_agent, classifier_agent=settings.classifier_agent
         )
@@ -200,6 +217,7 @@ class CoordinationService:
         that branch of the session (404 unknown, 409 merged), main untouched."""
         target = self._targets.of(session_id, branch)
         session = await target.document()
+        refuse_if_escalated(session)  # it waits for a person: nothing is processed
         flags = set(data.context_flags)
         return await self._coordinate(
             target, session, data.text, flags, principal, None, budget or self.budget()
@@ -268,12 +286,21 @@ class CoordinationService:
         loaded, agents = await self._load()
         rules = loaded.intents
         flags = sorted(caller_flags | session_flags(session))
-        if pending is None:
+        resume = None if pending is not None else await self._awaiting_input(session, agents)
+        found: Route | None
+        if resume is not None:
+            # An A2A agent asked the user a question: this message is the answer, and goes
+            # to the same agent's task (and the same remote task), not through routing.
+            waiting, waiting_agent = resume
+            prio, classifier = _answering(waiting, text), "input_required"
+            found = Route(waiting_agent, f"input_required:{waiting.task_id}")
+        elif pending is None:
             intents, classifier = await self._classify(text, flags, rules, agents, session)
             prio = self._prioritize(intents, rules, agents)
+            found = route(prio.primary, agents, self._policy) if prio.primary else None
         else:
             prio, classifier = as_prioritization(pending, text, rules), "pending_action"
-        found = route(prio.primary, agents, self._policy) if prio.primary is not None else None
+            found = route(prio.primary, agents, self._policy) if prio.primary else None
         outcome = TurnOutcome(flags, classifier, prio, found)
         if found is not None:
             msg = _Message(
@@ -289,12 +316,19 @@ class CoordinationService:
                 budget,
                 time.monotonic() + budget.seconds,
                 pending,
+                resume[0] if resume is not None else None,
             )
             outcome = replace(outcome, steps=await self._run(found, prio, msg))
         decision = outcome.decision(
             session.session_id, text, principal.name, _ms_since(started), current_trace_id()
         )
         turn = outcome.turn(pending, {a.name for a in agents})
+        # What the session does next, decided on the turn as it will be written; stored
+        # with the turn's decision.
+        decided = await self._escalation.decide(
+            session.session_id, self._step_event(session, outcome, turn), loaded.next_steps
+        )
+        decision = msgspec.structs.replace(decision, next_step=decided.record)
 
         def mutate(current: Session, now: datetime) -> tuple[SessionContent, str]:
             return apply_turn(content_of(current), now, turn)
@@ -305,9 +339,39 @@ class CoordinationService:
         )
         if decision_id is None:  # the statement writes both or neither
             raise RuntimeError("The session was written without its decision.")
+        status = updated.status
+        if decided.escalates:
+            task = outcome.task
+            escalated = await self._escalation.escalate(
+                session.session_id,
+                principal.name,
+                decided,
+                task_id=task.task_id if task else None,
+            )
+            status = "escalated" if escalated is not None else status
         if outcome.accepted:
-            return outcome.accepted_result(updated, decision_id, rules, target.branch)
-        return outcome.result(updated, decision_id, rules, _ms_since(started), target.branch)
+            accepted = outcome.accepted_result(updated, decision_id, rules, target.branch)
+            return replace(accepted, next_step=decided.record)
+        result = outcome.result(updated, decision_id, rules, _ms_since(started), target.branch)
+        return replace(result, next_step=decided.record, session_status=status)
+
+    def _step_event(self, session: Session, outcome: TurnOutcome, turn: Turn) -> StepEvent:
+        """The turn as the next-step decision reads it."""
+        after, _ = apply_turn(content_of(session), self._clock.now(), turn)
+        first = outcome.steps[0] if outcome.steps else None
+        last = turn.steps[-1] if turn.steps else None
+        kind = outcome.kind
+        return StepEvent(
+            event="answered" if kind == "agent" else kind,
+            intent=outcome.prio.primary.intent if outcome.prio.primary else None,
+            agent=outcome.route.agent.name if outcome.route else None,
+            error=(first.call.error or "fallback") if kind == "fallback" and first else None,
+            handed_off=len(outcome.steps) > 1,
+            suggested=last.next_agent if last and last.next_agent != last.agent else None,
+            progress_before=session.progress_percentage,
+            progress_after=after.progress_percentage,
+            pending_actions=after.session_state.pending_actions,
+        )
 
     async def _run(
         self, found: Route, prio: Prioritization, msg: _Message
@@ -356,7 +420,7 @@ class CoordinationService:
             memories,
         )
         waited = None
-        if not agent.url:
+        if not agent.url and not agent.a2a_url:
             call = CallResult(None, 0, "agent has no url configured", 0)
         elif breaker.refusing() is not None and kind != "pending_action":
             # The fallback answers now, as it would have; what it cannot do waits in the
@@ -425,9 +489,14 @@ class CoordinationService:
             user_id=str(msg.session.user_id),
             priority=task_priority(intent.score),
         )
+        resume = None
+        waiting = msg.resume
+        if waiting is not None and waiting.agent_name == agent.name and kind == "message":
+            # The same task works again, sending the same remote task and context.
+            resume = (waiting, task_input(request, turn, continuation_of(waiting)))
         budget = 0.0 if breaker.refusing() is not None else msg.remaining()
         return await self._agent_tasks.run(
-            new, msg.principal.name, request.request_id, budget, agent
+            new, msg.principal.name, request.request_id, budget, agent, resume
         )
 
     async def _classify(
@@ -500,9 +569,26 @@ class CoordinationService:
 
     # -- helpers -----------------------------------------------------------------------
 
+    async def _awaiting_input(
+        self, session: Session, agents: list[Agent]
+    ) -> tuple[Task, Agent] | None:
+        """The session's task that waits for the user's input, and its agent, when the
+        agent can still be called and the remote task continued; else None (the message is
+        routed as any other)."""
+        task = await self._agent_tasks.awaiting_input(session.session_id)
+        if task is None or task.kind not in ("message", "handoff"):
+            return None
+        agent = next((a for a in agents if a.name == task.agent_name), None)
+        if agent is None or not agent.enabled or not agent.a2a_url:
+            return None
+        if continuation_of(task) is None:
+            return None
+        return task, agent
+
     async def _open_session(self, session_id: UUID) -> Session:
         session = await self._sessions.get_session(session_id)
         require_open(session)
+        refuse_if_escalated(session)  # it waits for a person: nothing is processed
         return session
 
     async def _load(self) -> tuple[Rules, list[Agent]]:
@@ -511,6 +597,22 @@ class CoordinationService:
             agents = await agents_repo.list_agents(conn)
             rules = await self._rules.current(conn, intent_agents(agents))
         return rules, agents
+
+
+def _answering(task: Task, text: str) -> Prioritization:
+    """A message answering a task's question, as the turn's only intent: the intent the
+    task was asked to handle, with its score (not scored again)."""
+    asked = read_input(task).turn.intent
+    answer = DetectedIntent(
+        intent=asked.intent,
+        clause=text,
+        position=0,
+        matched=("input_required",),
+        base_weight=asked.base_weight,
+        modifiers=(),
+        score=asked.score,
+    )
+    return Prioritization(intents=(answer,), primary=answer, secondaries=(), clarification=None)
 
 
 def _ms_since(started: float) -> int:

@@ -21,6 +21,10 @@ EVENT_TYPES = (
     "task.failed",
     # A durable task failed for good (app/tasks/; written by agent_task_dead_lettered).
     "task.dead_lettered",
+    # A session waits for a person (session_escalate: the next-step decision or a dead
+    # letter) and a person resolved it (app/coordination/escalation.py).
+    "session.escalated",
+    "session.resolved",
 )
 EventType = Literal[
     "session.expiring",
@@ -33,6 +37,8 @@ EventType = Literal[
     "task.completed",
     "task.failed",
     "task.dead_lettered",
+    "session.escalated",
+    "session.resolved",
 ]
 
 

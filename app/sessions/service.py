@@ -502,6 +502,13 @@ def patched(current: Session, patch: dict[str, Any]) -> SessionContent:
             f"Session {current.session_id} is {current.status}; only preserve can change.",
             session_status=current.status,
         )
+    if current.status == "escalated" and patch.get("status", "escalated") != "escalated":
+        # Leaving escalated is a person's resolution, recorded and announced: not a PATCH.
+        raise Conflict(
+            f"Session {current.session_id} is escalated; a person resolves it with POST "
+            f"/v1/sessions/{current.session_id}/resolve (a PATCH cannot change its status).",
+            session_status=current.status,
+        )
     view = {
         "session_state": current.session_state,
         "coordination_metadata": current.coordination_metadata,

@@ -86,3 +86,115 @@ SELECT * FROM coordination_decisions
 WHERE session_id = $1 AND (created_at, decision_id) < ($2, $3)
 ORDER BY created_at DESC, decision_id DESC
 LIMIT $4
+
+-- name: next_step_rules
+SELECT position, name, event, condition, outcome, description
+FROM next_step_rules ORDER BY position
+
+-- name: next_step_counters
+-- What the next-step decision counts (app/coordination/next_step.py), read from the
+-- session's decisions and versions since a person last resolved it: $1 the session, $2 and
+-- $3 the step (intent, agent) of the event, $4 now. Durable data only, so every replica
+-- counts the same. The one-row CTEs are MATERIALIZED: inlined, a join against one of them
+-- re-ran its aggregate for every turn (quadratic: 1 s at 5,000 turns).
+WITH since AS MATERIALIZED (
+    SELECT coalesce(max(created_at), '-infinity'::timestamptz) AS at
+    FROM coordination_decisions WHERE session_id = $1 AND outcome = 'resolved'
+), turns AS MATERIALIZED (
+    SELECT d.outcome, d.primary_intent, d.chosen_agent, d.error, d.response, d.next_step,
+           d.created_at
+    FROM coordination_decisions d, since
+    WHERE d.session_id = $1 AND d.outcome IN ('agent', 'fallback') AND d.created_at > since.at
+), answered AS MATERIALIZED (
+    SELECT coalesce(max(created_at), '-infinity'::timestamptz) AS at
+    FROM turns WHERE outcome = 'agent'
+), step_answered AS MATERIALIZED (
+    SELECT coalesce(max(created_at), '-infinity'::timestamptz) AS at
+    FROM turns
+    WHERE outcome = 'agent' AND primary_intent IS NOT DISTINCT FROM $2
+      AND chosen_agent IS NOT DISTINCT FROM $3
+), progressed AS MATERIALIZED (
+    -- The progress last rose at the latest version whose progress is above its previous one.
+    SELECT greatest(
+        (SELECT max(v.created_at) FROM (
+            SELECT created_at, progress_percentage,
+                   lag(progress_percentage) OVER (ORDER BY version) AS before
+            FROM session_state_versions WHERE session_id = $1) v
+         WHERE v.progress_percentage > v.before),
+        (SELECT at FROM since),
+        (SELECT created_at FROM session_coordination WHERE session_id = $1)) AS at
+)
+SELECT
+    (SELECT count(*) FROM turns, answered
+     WHERE turns.outcome = 'fallback' AND turns.created_at > answered.at)::integer
+        AS consecutive_fallbacks,
+    (SELECT count(*) FROM turns, step_answered
+     WHERE turns.outcome = 'fallback' AND turns.created_at > step_answered.at
+       AND turns.primary_intent IS NOT DISTINCT FROM $2
+       AND turns.chosen_agent IS NOT DISTINCT FROM $3)::integer AS step_failures,
+    ((SELECT count(*) FROM turns, progressed
+      WHERE turns.created_at > progressed.at
+        AND (turns.next_step ->> 'outcome' = 'hand_off'
+             OR jsonb_typeof(turns.response -> 'routed_to') = 'object'))
+     + (SELECT count(*) FROM session_state_versions v, progressed
+        WHERE v.session_id = $1 AND v.created_at > progressed.at
+          AND v.change_reason LIKE 'handoff to %'))::integer AS handoffs,
+    greatest(0, floor(extract(epoch FROM $4::timestamptz - (SELECT at FROM progressed))))::integer
+        AS seconds_without_progress,
+    (SELECT coalesce(array_agg(e.error ORDER BY e.created_at DESC), ARRAY[]::text[])
+     FROM (SELECT error, created_at FROM turns WHERE error IS NOT NULL
+           ORDER BY created_at DESC LIMIT 5) e) AS last_errors
+
+-- name: resolve_session
+-- A person resolved an escalated session: active again (a new version by $2 at $4, its
+-- expiry pushed to at least $4 + $7), the decision that records the resolution (outcome
+-- 'resolved', message $3 the note, $5 the escalation it ends in response.output_data,
+-- $6 the trace) and the event session.resolved, in one statement. No row: the session is
+-- not escalated (or does not exist).
+WITH resolved AS (
+    UPDATE session_coordination s
+    SET status = 'active', version = s.version + 1, updated_at = $4, last_activity_at = $4,
+        expires_at = greatest(s.expires_at, $4::timestamptz + $7::interval),
+        expiry_warned_at = NULL
+    WHERE s.session_id = $1 AND s.status = 'escalated'
+    RETURNING s.*
+), recorded AS (
+    INSERT INTO session_state_versions
+    SELECT v.* FROM resolved r, session_version(r, $2, 'resolved: ' || $3, $4) v
+), decided AS (
+    INSERT INTO coordination_decisions (
+        session_id, session_version, message, classifier, intents, outcome, degraded,
+        response, execution_time_ms, created_by, created_at, trace_id, next_step)
+    SELECT r.session_id, r.version, $3, 'next_step', '[]', 'resolved', false,
+           jsonb_build_object('text', $3, 'output_data', $5::jsonb,
+                              'next_agent_suggestions', '[]'::jsonb),
+           0, $2, $4, $6,
+           jsonb_build_object('outcome', 'continue', 'rule', 'resolved',
+                              'reason', 'a person resolved the escalation: processing resumes',
+                              'inputs', jsonb_build_object('event', 'resolved',
+                                                           'escalation', $5::jsonb))
+    FROM resolved r
+    RETURNING decision_id, session_version
+), told AS (
+    INSERT INTO outbox_events (event_type, payload, created_at)
+    SELECT 'session.resolved',
+           jsonb_build_object('session_id', $1, 'session_version', d.session_version,
+                              'decision_id', d.decision_id, 'note', $3, 'resolved_by', $2,
+                              'escalation', $5::jsonb),
+           $4
+    FROM decided d
+)
+SELECT r.*, d.decision_id FROM resolved r, decided d
+
+-- name: latest_escalation
+-- The decision that escalated the session last (what a resolution ends).
+SELECT decision_id, message, response -> 'output_data' AS context, created_at
+FROM coordination_decisions
+WHERE session_id = $1 AND outcome = 'escalated'
+ORDER BY created_at DESC, decision_id DESC
+LIMIT 1
+
+-- name: escalate_session
+-- session_escalate in schema.sql: $1 session, $2 actor, $3 why, $4 context, $5 the
+-- next-step decision, $6 now, $7 trace, $8 task. The decision's id, or NULL.
+SELECT session_escalate($1, $2, $3, $4, $5, $6, $7, $8)

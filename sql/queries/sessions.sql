@@ -78,12 +78,12 @@ WITH updated AS (
         session_id, session_version, message, context_flags, classifier, intents,
         primary_intent, chosen_agent, routed_by, breaker_state, outcome, fallback, degraded,
         attempts, error, response, execution_time_ms, created_by, created_at, trace_id,
-        task_id
+        task_id, next_step
     )
     SELECT u.session_id, u.version, d.message, d.context_flags, d.classifier, d.intents,
            d.primary_intent, d.chosen_agent, d.routed_by, d.breaker_state, d.outcome,
            d.fallback, d.degraded, d.attempts, d.error, d.response, d.execution_time_ms,
-           d.created_by, u.updated_at, d.trace_id, d.task_id
+           d.created_by, u.updated_at, d.trace_id, d.task_id, d.next_step
     FROM updated u, jsonb_populate_record(NULL::coordination_decisions, $15::jsonb) d
     WHERE $15::jsonb IS NOT NULL
     RETURNING decision_id

@@ -19,8 +19,8 @@ RETURNING *
 
 -- name: insert_task_leased
 -- The same task already leased to the submitting replica at its first attempt (it runs
--- it at once), unless the agent has $19 attempts running: then no row, and the caller
--- queues it with insert_task. Called under claim_lock, like the claim. $17 owner,
+-- it at once), unless the agent has $19 attempts running or the task's session holds it
+-- (escalated: agent_task_held): then no row, and the caller queues it with insert_task. Called under claim_lock, like the claim. $17 owner,
 -- $18 lease until.
 INSERT INTO agent_tasks (task_id, session_id, user_id, agent_name, kind, input, priority,
                          scheduled_at, max_attempts, idempotency_key, created_by, trace_id,
@@ -31,6 +31,7 @@ SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, 'w
        $17, $18, $14, $17, 'run where submitted'
 WHERE (SELECT count(*) FROM agent_tasks WHERE agent_name = $4 AND lease_owner IS NOT NULL)
       < $19
+  AND NOT agent_task_held($2, $16)
 ON CONFLICT (created_by, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING *
 
@@ -76,6 +77,35 @@ SET lease_owner = NULL, lease_expires_at = NULL, scheduled_at = $5, last_error =
 WHERE task_id = $1 AND lease_owner = $2 AND attempt = $3
 RETURNING *
 
+-- name: interrupt_task
+-- The agent answered that it waits for the user (A2A input-required or auth-required, $4):
+-- the task waits in that state, its lease given up, holding the agent's question and the
+-- remote task to continue ($5). Not terminal: the user's next message resumes it.
+UPDATE agent_tasks
+SET status = $4, result = $5, lease_owner = NULL, lease_expires_at = NULL, last_error = NULL,
+    status_actor = $2, status_reason = 'agent asks: ' || $4
+WHERE task_id = $1 AND lease_owner = $2 AND attempt = $3
+RETURNING *
+
+-- name: resume_task
+-- The user answered a task that waits for input: the same task works again, with the new
+-- request ($3), leased to $2 until $4 as a new attempt, with a fresh budget of $5 attempts
+-- (at most 100). No row: it no longer waits (canceled, or resumed by another message).
+UPDATE agent_tasks
+SET status = 'working', input = $3, result = NULL, attempt = attempt + 1, lease_owner = $2,
+    lease_expires_at = $4, max_attempts = least(100, attempt + $5), detached = false,
+    scheduled_at = $6, status_actor = $2, status_reason = 'the user answered'
+WHERE task_id = $1 AND status IN ('input-required', 'auth-required')
+RETURNING *
+
+-- name: session_task_awaiting_input
+-- The newest task of a session that waits for the user's input, if any
+-- (agent_tasks_awaiting_input_idx).
+SELECT * FROM agent_tasks
+WHERE session_id = $1 AND status IN ('input-required', 'auth-required')
+ORDER BY created_at DESC, task_id DESC
+LIMIT 1
+
 -- name: delay_task
 -- The attempt was never made (the agent's circuit is open): the attempt is given back and
 -- the task waits until $5, when the breaker may let a probe through. $4 why.
@@ -87,7 +117,7 @@ RETURNING *
 
 -- name: fail_task
 -- The task failed for good ($6: 'attempts_exhausted' or 'not_retryable'): failed, its
--- dead letter, its session escalated, the event. $4 the error, $5 now.
+-- dead letter, its session escalated (session_escalate), the events. $4 the error, $5 now.
 WITH failed AS (
     UPDATE agent_tasks
     SET status = 'failed', last_error = $4, finished_at = $5, lease_owner = NULL,
@@ -143,10 +173,11 @@ WHERE task_id = $1 AND status NOT IN ('completed', 'failed', 'canceled', 'reject
 RETURNING *
 
 -- name: detach_task
--- Serialised with completion by the row lock: exactly one of the two sees the other.
+-- Serialised with completion by the row lock: exactly one of the two sees the other. A
+-- task waiting for input is settled like a finished one: its question is the answer.
 UPDATE agent_tasks
 SET detached = true
-WHERE task_id = $1 AND status NOT IN ('completed', 'failed', 'canceled', 'rejected')
+WHERE task_id = $1 AND status IN ('submitted', 'working')
 RETURNING *
 
 -- name: get_task
@@ -227,3 +258,8 @@ WHERE ($1::text IS NULL OR created_by = $1 OR agent_name = $1)
   AND ($2::uuid IS NULL OR session_id = $2)
   AND ($3::text IS NULL OR status = $3)
   AND ($4::timestamptz IS NULL OR coalesce(finished_at, started_at, created_at) >= $4)
+
+-- name: wake_workers
+-- Held tasks may run now (their session was resolved): the workers claim at once rather
+-- than at their next poll.
+SELECT pg_notify('switchboard_tasks', '')

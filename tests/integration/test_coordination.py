@@ -338,9 +338,12 @@ async def test_breaker_opens_after_fail_max_and_stops_calling(
     result = await send(client, session["session_id"], "what is compound interest")
     assert result["fallback"] == "static_educational_content"
     assert len(agent.requests) == 3  # the open circuit did not call the agent
-    decision = (await client.get(f"/v1/sessions/{session['session_id']}/decisions")).json()[
-        "items"
-    ][0]
+    items = (await client.get(f"/v1/sessions/{session['session_id']}/decisions")).json()["items"]
+    # The fourth failure of the same step in a row also escalated the session (three
+    # retries, SWITCHBOARD_COORDINATION_MAX_STEP_RETRIES): that decision came after it.
+    assert items[0]["outcome"] == "escalated"
+    assert result["next_step"]["rule"] == "step_retries"
+    decision = items[1]
     assert decision["breaker_state"] == "open"
     assert decision["error"] == "circuit open"
     assert decision["attempts"] == 0

@@ -51,6 +51,7 @@ DECISION_FIELDS = [
     "created_at",
     "trace_id",
     "task_id",
+    "next_step",
     "branch",
 ]
 
@@ -161,6 +162,7 @@ async def test_an_answering_agent_and_a_queued_secondary(
                 "session": current,
             },
             "execution_time_ms",
+            "seconds_without_progress",
         ),
     )
 
@@ -177,6 +179,7 @@ async def test_an_answering_agent_and_a_queued_secondary(
                 "session": current,
             },
             "execution_time_ms",
+            "seconds_without_progress",
         ),
     )
 
@@ -215,6 +218,7 @@ async def test_a_fallback_that_passes_the_request_on(
                 "session": current,
             },
             "execution_time_ms",
+            "seconds_without_progress",
         ),
     )
 
@@ -248,6 +252,7 @@ async def test_a_clarification_and_a_change_queued_by_its_fallback(
                 "session": current,
             },
             "execution_time_ms",
+            "seconds_without_progress",
         ),
     )
 

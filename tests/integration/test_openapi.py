@@ -283,6 +283,7 @@ VALID_BODIES: dict[tuple[str, str], Any] = {
     },
     ("POST", "/v1/sessions/{session_id}/complete"): {"base_version": 1},
     ("POST", "/v1/sessions/{session_id}/rollback"): {"to_version": 1, "base_version": 1},
+    ("POST", "/v1/sessions/{session_id}/resolve"): {"note": "probe"},
     ("POST", "/v1/sessions/{session_id}/messages"): {"text": "hello"},
     ("POST", "/v1/sessions/{session_id}/branches/{name}/messages"): {"text": "hello"},
     ("POST", "/v1/sessions/{session_id}/branches"): {"name": "probe", "purpose": "analysis"},
@@ -659,6 +660,13 @@ async def _twice(probe: Probe, path: str, body: dict[str, Any]) -> httpx.Respons
     return await probe.client.post(path, json=body)
 
 
+async def _resolve_active(probe: Probe) -> httpx.Response:
+    session = await create_session(probe.client)
+    return await probe.client.post(
+        f"/v1/sessions/{session['session_id']}/resolve", json={"note": "nothing to resolve"}
+    )
+
+
 async def _on_completed(probe: Probe, action: str, body: Any = None) -> httpx.Response:
     session = await probe.completed_session()
     return await probe.client.post(f"/v1/sessions/{session['session_id']}/{action}", json=body)
@@ -711,6 +719,14 @@ async def _discard_discarded(probe: Probe) -> httpx.Response:
     return await probe.client.delete(f"/v1/dead-letters/{await _discarded_letter(probe)}")
 
 
+async def _discover(probe: Probe, url: str | None) -> httpx.Response:
+    """Discovery of an agent without a url (422), or whose url answers nothing (502)."""
+    name = unique("Cardless")
+    created = await probe.client.post("/v1/agents", json={"name": name, "url": url})
+    assert created.status_code == 201, created.text
+    return await probe.client.post(f"/v1/agents/{name}/discover")
+
+
 # (method, path, status) -> how to make the app answer it. Every documented status that
 # is not derived from a shared mechanism, and every status a service documents, needs one.
 PROVOKE: dict[tuple[str, str, int], Provocation] = {
@@ -748,6 +764,8 @@ PROVOKE: dict[tuple[str, str, int], Provocation] = {
     ("GET", "/v1/agents/{name}/card", 404): lambda p: p.client.get(
         "/v1/agents/Make_Plan_Agent/card"
     ),
+    ("POST", "/v1/agents/{name}/discover", 422): lambda p: _discover(p, None),
+    ("POST", "/v1/agents/{name}/discover", 502): lambda p: _discover(p, "http://127.0.0.1:9/"),
     ("GET", "/v1/users", 404): lambda p: p.client.get("/v1/users?external_ref=nobody"),
     ("POST", "/v1/users", 409): lambda p: _twice(p, "/v1/users", {"external_ref": unique("crm")}),
     ("PATCH", "/v1/sessions/{session_id}", 400): lambda p: _session_write(
@@ -806,6 +824,7 @@ PROVOKE: dict[tuple[str, str, int], Provocation] = {
         p, {"Prefer": "wait=1, " + "x" * 1024}
     ),
     ("POST", "/v1/sessions/{session_id}/pending/next", 409): lambda p: _nothing_pending(p),
+    ("POST", "/v1/sessions/{session_id}/resolve", 409): _resolve_active,
     ("POST", "/v1/jobs/{name}/run", 409): _run_taken_over,
     ("POST", "/v1/sessions/{session_id}/restore", 409): lambda p: _restore_live(p),
     ("POST", "/v1/tasks", 404): lambda p: _post(

@@ -83,6 +83,17 @@ def refuse(agent: AgentServer) -> None:
     agent.reply = {"success": False, "error_details": {"message": "away", "retryable": False}}
 
 
+async def resolve_if_escalated(client: httpx.AsyncClient, session_id: str) -> None:
+    """A person answers an escalation (a dead letter, or a limit of the next-step decision
+    reached): an escalated session takes no messages until then, but is never stuck."""
+    current = (await client.get(f"/v1/sessions/{session_id}")).json()
+    if current["status"] == "escalated":
+        response = await client.post(
+            f"/v1/sessions/{session_id}/resolve", json={"note": "looked at it"}
+        )
+        assert response.status_code == 200, response.text
+
+
 async def assert_patchable(client: httpx.AsyncClient, session_id: str, progress: int) -> None:
     """The smallest client write there is: it must never be refused for what the server
     wrote."""
@@ -104,6 +115,10 @@ async def test_an_action_the_coordinator_gives_up_on_leaves_the_session_writable
     first = await client.post(f"/v1/sessions/{sid}/messages", json={"text": PHRASES[0]})
     assert first.status_code == 200, first.text
     assert first.json()["fallback"] == "change_confirmation_without_analysis"
+    # The refusal dead-lettered the task: the session waits for a person (and a PATCH of
+    # it is still taken).
+    await assert_patchable(client, sid, 10)
+    await resolve_if_escalated(client, sid)
     retried = await client.post(f"/v1/sessions/{sid}/pending/next")
     assert retried.status_code == 200, retried.text
     # The action's task failed for good (its retries are the task's): failed at once.
@@ -128,10 +143,12 @@ async def test_random_coordinator_work_never_locks_a_session(
             agent.behaviour = rng.choice(["ok", "ok", "ok", "fail", "garbage"])
             agent.reply = rng.choice(REPLIES)
         elif operation == "message":
+            await resolve_if_escalated(client, sid)
             text = ". ".join(rng.sample(PHRASES, rng.randint(1, 3)))[:10_000]
             response = await client.post(f"/v1/sessions/{sid}/messages", json={"text": text})
             assert response.status_code == 200, (step, response.text)
         elif operation == "pending":
+            await resolve_if_escalated(client, sid)
             response = await client.post(f"/v1/sessions/{sid}/pending/next")
             assert response.status_code in (200, 409), (step, response.text)
         else:
@@ -154,6 +171,7 @@ async def test_two_callers_never_run_the_same_queued_action(
     refuse(agent)  # Add_Changes_Agent turns it down: the change is queued
     queued = await client.post(f"/v1/sessions/{sid}/messages", json={"text": PHRASES[0]})
     assert [a["status"] for a in queued.json()["pending_actions"]] == ["pending"]
+    await resolve_if_escalated(client, sid)  # the refusal's dead letter escalated it
     agent.behaviour = "ok"
     agent.reply = {"success": True, "output_data": {"response": "Changed"}}
     called, release = asyncio.Event(), asyncio.Event()
@@ -183,6 +201,7 @@ async def test_a_client_cancelling_a_queued_action_while_it_runs_keeps_the_cance
     sid = session["session_id"]
     refuse(agent)
     await client.post(f"/v1/sessions/{sid}/messages", json={"text": PHRASES[0]})
+    await resolve_if_escalated(client, sid)  # the refusal's dead letter escalated it
 
     async def cancel() -> None:
         current = (await client.get(f"/v1/sessions/{sid}")).json()

@@ -180,6 +180,7 @@ async def test_upgrade_head_builds_exactly_schema_sql(server_url: str) -> None:
     assert [row[0] for row in from_migrations["functions"]] == [
         "agent_shown",
         "agent_task_dead_lettered",
+        "agent_task_held",
         "agent_task_queued",
         "agent_task_transition",
         "agent_tasks_claim",
@@ -212,6 +213,7 @@ async def test_upgrade_head_builds_exactly_schema_sql(server_url: str) -> None:
         "session_archive_move",
         "session_branch_idle",
         "session_branch_version",
+        "session_escalate",
         "session_expired",
         "session_expiring",
         "session_extendable",

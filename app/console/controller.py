@@ -1,0 +1,537 @@
+"""The console's pages and forms. Each handler reads its input, calls the service the API
+calls for the same thing, and renders a template or redirects (post/redirect/get)."""
+
+from __future__ import annotations
+
+import secrets
+from datetime import UTC, datetime
+from typing import Annotated, Any
+from urllib.parse import urlencode
+from uuid import UUID
+
+from litestar import Controller, Request, get, post
+from litestar.datastructures import Cookie
+from litestar.di import NamedDependency
+from litestar.params import FromPath, FromQuery, QueryParameter
+from litestar.response import Redirect, Template
+
+from app.agents.service import AgentService
+from app.auth.keys import hash_key
+from app.branches.service import BranchService
+from app.common.pagination import DEFAULT_LIMIT
+from app.console.diff import diff_versions
+from app.console.gate import (
+    ConsoleAuth,
+    may_use_console,
+    operator_of,
+    require_admin,
+    secure_request,
+)
+from app.console.reads import ConsoleReads
+from app.console.repository import SessionFilter
+from app.console.session import COOKIE_NAME, COOKIE_PATH, LOGIN_COOKIE_NAME, same_token
+from app.coordination.breaker_admin import BreakerAdmin
+from app.coordination.escalation import EscalationService
+from app.coordination.service import CoordinationService
+from app.errors import BadRequest, Forbidden
+from app.jobs.service import JobService
+from app.sessions.lifecycle import SessionLifecycle
+from app.sessions.schemas import Rollback
+from app.sessions.service import SessionService
+from app.tasks.service import TaskService
+
+AnyRequest = Request[Any, Any, Any]
+SESSION_STATUSES = ("active", "idle", "completed", "escalated")
+TASK_STATUSES = (
+    "submitted",
+    "working",
+    "input-required",
+    "auth-required",
+    "completed",
+    "failed",
+    "canceled",
+    "rejected",
+)
+DEAD_LETTER_STATES = ("open", "requeued", "discarded", "all")
+BREAKER_STATES = ("open", "closed")
+# Short lists on the session page; each links to the full, paged list where there is one.
+SESSION_PAGE_ROWS = 20
+# What a redirect's ?done= says happened (a fixed word, never a value from the request).
+DONE_MESSAGES = {
+    "rolled-back": "Rolled back: a new version with the old content was written.",
+    "preserved": "The session is preserved (kept past its expiry).",
+    "unpreserved": "The session is no longer preserved.",
+    "restored": "The session was restored from the archive.",
+    "resolved": "Resolved: the session is active again and its held tasks run.",
+    "breaker-open": "The breaker is open: the agent is isolated on every replica.",
+    "breaker-closed": "The breaker is closed: the agent takes calls again.",
+    "requeued": "Requeued as a new task.",
+    "discarded": "Discarded; the dead letter stays, marked with who and why.",
+}
+
+
+def _page(request: AnyRequest, template: str, **context: Any) -> Template:
+    operator = operator_of(request)
+    done = request.query_params.get("done")
+    return Template(
+        template_name=template,
+        context={
+            "operator": operator,
+            "csrf_token": operator.session.csrf,
+            "done": DONE_MESSAGES.get(done or ""),
+            **context,
+        },
+    )
+
+
+def _form_text(
+    form: Any, name: FromPath[str], *, required: bool = True, max_chars: int = 1000
+) -> str:
+    value = form.get(name)
+    text = value.strip() if isinstance(value, str) else ""
+    if required and not text:
+        raise BadRequest(f"The form needs {name}.", parameter=name)
+    if len(text) > max_chars or "\x00" in text:
+        raise BadRequest(f"{name} is too long or holds a NUL character.", parameter=name)
+    return text
+
+
+def _form_int(form: Any, name: FromPath[str]) -> int:
+    text = _form_text(form, name, max_chars=18)
+    if not (text.isascii() and text.isdigit()) or int(text) < 1:
+        raise BadRequest(f"{name} must be a whole number of at least 1.", parameter=name)
+    return int(text)
+
+
+def _choice(value: str | None, allowed: tuple[str, ...], name: FromPath[str]) -> str | None:
+    if not value:
+        return None
+    if value not in allowed:
+        raise BadRequest(f"{name} must be one of {', '.join(allowed)}.", parameter=name)
+    return value
+
+
+def _when(value: str | None, name: FromPath[str]) -> datetime | None:
+    """A time from a datetime-local field (UTC) or an ISO 8601 time with an offset."""
+    if not value:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        raise BadRequest(f"{name} is not a time (2026-11-24T10:00).", parameter=name) from None
+    return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed
+
+
+def _done(path: str, what: str) -> Redirect:
+    return Redirect(f"{path}?{urlencode({'done': what})}", status_code=303)
+
+
+class ConsoleController(Controller):
+    """Every console page under /console."""
+
+    path = "/console"
+    include_in_schema = False
+
+    # -- signing in and out ------------------------------------------------------------
+
+    @get("/login")
+    async def login_form(
+        self, request: AnyRequest, expired: FromQuery[str | None] = None
+    ) -> Template:
+        """The sign-in form, with a fresh double-submit token in a cookie of its own."""
+        token = secrets.token_urlsafe(32)
+        return Template(
+            template_name="login.html",
+            context={"login_token": token, "expired": expired == "1", "error": None},
+            cookies=[self._login_cookie(request, token)],
+        )
+
+    @post("/login", status_code=303)
+    async def login(self, request: AnyRequest) -> Template | Redirect:
+        """Check the key as the API does and start a session; the key goes no further."""
+        auth: ConsoleAuth = request.app.state.console_auth
+        form = await request.form()
+        if not same_token(form.get("login_token"), request.cookies.get(LOGIN_COOKIE_NAME, "")):
+            raise Forbidden("The sign-in form's token is missing or wrong; reload the page.")
+        sent = form.get("api_key")
+        key = sent.strip() if isinstance(sent, str) else ""
+        principal = await auth.agents.authenticate(hash_key(key)) if key else None
+        if principal is None or not may_use_console(principal):
+            token = secrets.token_urlsafe(32)
+            return Template(
+                template_name="login.html",
+                context={
+                    "login_token": token,
+                    "expired": False,
+                    "error": "That key cannot sign in here: it is unknown or revoked, or "
+                    "neither the admin key nor a coordination_manager agent key.",
+                },
+                cookies=[self._login_cookie(request, token)],
+                status_code=401,
+            )
+        value, _ = auth.signer.issue(hash_key(key), auth.clock.now(), auth.session_seconds)
+        return Redirect(
+            "/console/",
+            status_code=303,
+            cookies=[
+                Cookie(
+                    key=COOKIE_NAME,
+                    value=value,
+                    path=COOKIE_PATH,
+                    max_age=auth.session_seconds,
+                    httponly=True,
+                    secure=secure_request(request),
+                    samesite="strict",
+                ),
+                Cookie(key=LOGIN_COOKIE_NAME, value="", path=COOKIE_PATH, max_age=0),
+            ],
+        )
+
+    @post("/logout", status_code=303)
+    async def logout(self, request: AnyRequest) -> Redirect:
+        """End the session in this browser (the cookie is deleted)."""
+        return Redirect(
+            "/console/login",
+            status_code=303,
+            cookies=[
+                Cookie(
+                    key=COOKIE_NAME,
+                    value="",
+                    path=COOKIE_PATH,
+                    max_age=0,
+                    httponly=True,
+                    secure=secure_request(request),
+                    samesite="strict",
+                )
+            ],
+        )
+
+    @staticmethod
+    def _login_cookie(request: AnyRequest, token: str) -> Cookie:
+        return Cookie(
+            key=LOGIN_COOKIE_NAME,
+            value=token,
+            path=COOKIE_PATH,
+            max_age=3600,
+            httponly=True,
+            secure=secure_request(request),
+            samesite="strict",
+        )
+
+    # -- overview ----------------------------------------------------------------------
+
+    @get("/")
+    async def overview(
+        self, request: AnyRequest, console_reads: NamedDependency[ConsoleReads]
+    ) -> Template:
+        """Agents and breakers, sessions, tasks, dead letters, jobs, undelivered events."""
+        return _page(request, "overview.html", nav="overview", o=await console_reads.overview())
+
+    # -- sessions ----------------------------------------------------------------------
+
+    @get("/sessions")
+    async def sessions(
+        self,
+        request: AnyRequest,
+        console_reads: NamedDependency[ConsoleReads],
+        user: FromQuery[str | None] = None,
+        status: FromQuery[str | None] = None,
+        agent: FromQuery[str | None] = None,
+        created_from: FromQuery[str | None] = None,
+        created_until: FromQuery[str | None] = None,
+        cursor: FromQuery[str | None] = None,
+        archived_cursor: FromQuery[str | None] = None,
+    ) -> Template:
+        """Search sessions of every user; the archive below, with restore."""
+        where = SessionFilter(
+            user=(user or "").strip() or None,
+            status=_choice(status, SESSION_STATUSES, "status"),
+            agent=(agent or "").strip() or None,
+            created_from=_when(created_from, "created_from"),
+            created_until=_when(created_until, "created_until"),
+        )
+        found = await console_reads.search_sessions(where, DEFAULT_LIMIT, cursor)
+        archived = await console_reads.archived_sessions(SESSION_PAGE_ROWS, archived_cursor)
+        query = {
+            "user": user or "",
+            "status": status or "",
+            "agent": agent or "",
+            "created_from": created_from or "",
+            "created_until": created_until or "",
+        }
+        return _page(
+            request,
+            "sessions.html",
+            nav="sessions",
+            found=found,
+            archived=archived,
+            query=query,
+            statuses=SESSION_STATUSES,
+            next_query=urlencode({**query, "cursor": found.next_cursor or ""}),
+            archived_next_query=urlencode(
+                {**query, "cursor": cursor or "", "archived_cursor": archived.next_cursor or ""}
+            ),
+        )
+
+    @get("/sessions/{session_id:uuid}")
+    async def session(
+        self,
+        request: AnyRequest,
+        session_id: FromPath[UUID],
+        session_service: NamedDependency[SessionService],
+        branch_service: NamedDependency[BranchService],
+        coordinator: NamedDependency[CoordinationService],
+        tasks: NamedDependency[TaskService],
+        old: Annotated[int | None, QueryParameter(ge=1)] = None,
+        new: Annotated[int | None, QueryParameter(ge=1)] = None,
+        versions_cursor: FromQuery[str | None] = None,
+    ) -> Template:
+        """A session: state, timeline, decisions, versions with a diff, branches, tasks."""
+        session = await session_service.get_session(session_id)
+        versions = await session_service.list_versions(
+            session_id, SESSION_PAGE_ROWS, versions_cursor
+        )
+        new_version = new if new is not None else session.version
+        old_version = old if old is not None else max(new_version - 1, 1)
+        diff = None
+        if old_version != new_version:
+            diff = diff_versions(
+                await session_service.get_version(session_id, old_version),
+                await session_service.get_version(session_id, new_version),
+            )
+        return _page(
+            request,
+            "session.html",
+            nav="sessions",
+            s=session,
+            versions=versions,
+            diff=diff,
+            old=old_version,
+            new=new_version,
+            decisions=await coordinator.list_decisions(session_id, SESSION_PAGE_ROWS, None),
+            branches=await branch_service.list_branches(session_id),
+            tasks=await tasks.list_for_session(session_id, SESSION_PAGE_ROWS, None),
+        )
+
+    @post("/sessions/{session_id:uuid}/rollback", status_code=303)
+    async def rollback(
+        self,
+        request: AnyRequest,
+        session_id: FromPath[UUID],
+        session_service: NamedDependency[SessionService],
+    ) -> Redirect:
+        """Write a new version equal to an older one, based on the version the page showed."""
+        operator = require_admin(request)
+        form = await request.form()
+        rollback = Rollback(
+            to_version=_form_int(form, "to_version"),
+            base_version=_form_int(form, "base_version"),
+        )
+        await session_service.rollback(
+            session_id, rollback, {_form_int(form, "base_version")}, operator.principal.name
+        )
+        return _done(f"/console/sessions/{session_id}", "rolled-back")
+
+    @post("/sessions/{session_id:uuid}/preserve", status_code=303)
+    async def preserve(
+        self,
+        request: AnyRequest,
+        session_id: FromPath[UUID],
+        session_service: NamedDependency[SessionService],
+    ) -> Redirect:
+        """Keep a session past its expiry (or stop keeping it): the API's PATCH preserve."""
+        operator = require_admin(request)
+        form = await request.form()
+        keep = _choice(_form_text(form, "preserve"), ("true", "false"), "preserve") == "true"
+        await session_service.patch_session(
+            session_id,
+            {"preserve": keep},
+            {_form_int(form, "base_version")},
+            operator.principal.name,
+        )
+        return _done(f"/console/sessions/{session_id}", "preserved" if keep else "unpreserved")
+
+    @post("/sessions/{session_id:uuid}/resolve", status_code=303)
+    async def resolve(
+        self,
+        request: AnyRequest,
+        session_id: FromPath[UUID],
+        escalation: NamedDependency[EscalationService],
+    ) -> Redirect:
+        """Resolve an escalated session with a note, as the API's resolve does (recorded,
+        announced, its held tasks run): the admin key or a coordination_manager key."""
+        form = await request.form()
+        note = _form_text(form, "note", max_chars=2000)
+        await escalation.resolve(session_id, note, operator_of(request).principal)
+        return _done(f"/console/sessions/{session_id}", "resolved")
+
+    @post("/sessions/{session_id:uuid}/restore", status_code=303)
+    async def restore(
+        self,
+        request: AnyRequest,
+        session_id: FromPath[UUID],
+        session_lifecycle: NamedDependency[SessionLifecycle],
+    ) -> Redirect:
+        """Bring an archived session back while its recovery window is open."""
+        require_admin(request)
+        await session_lifecycle.restore(session_id)
+        return _done(f"/console/sessions/{session_id}", "restored")
+
+    # -- agents ------------------------------------------------------------------------
+
+    @get("/agents")
+    async def agents(
+        self, request: AnyRequest, console_reads: NamedDependency[ConsoleReads]
+    ) -> Template:
+        """The registry with each agent's breaker."""
+        return _page(request, "agents.html", nav="agents", agents=await console_reads.agents())
+
+    @post("/agents/{name:str}/breaker", status_code=303)
+    async def set_breaker(
+        self, request: AnyRequest, name: FromPath[str], breaker_admin: NamedDependency[BreakerAdmin]
+    ) -> Redirect:
+        """Isolate an agent (open) or bring it back (closed) on every replica."""
+        require_admin(request)
+        form = await request.form()
+        state = _choice(_form_text(form, "state"), BREAKER_STATES, "state")
+        assert state is not None  # _form_text refused an empty one
+        await breaker_admin.set_breaker(name, state)
+        return _done("/console/agents", f"breaker-{state}")
+
+    @post("/agents/{name:str}/rotate-key")
+    async def rotate_key(
+        self, request: AnyRequest, name: FromPath[str], agent_service: NamedDependency[AgentService]
+    ) -> Template:
+        """A new key for the agent, shown on this page once (the old one stops working)."""
+        require_admin(request)
+        rotated = await agent_service.rotate_key(name)
+        return _page(
+            request, "rotated.html", nav="agents", agent=rotated.agent, api_key=rotated.api_key
+        )
+
+    # -- tasks and dead letters --------------------------------------------------------
+
+    @get("/dead-letters")
+    async def dead_letters(
+        self,
+        request: AnyRequest,
+        tasks: NamedDependency[TaskService],
+        letter_state: Annotated[str | None, QueryParameter(name="state")] = None,
+        cursor: FromQuery[str | None] = None,
+    ) -> Template:
+        """Dead letters by state, newest first."""
+        chosen = _choice(letter_state, DEAD_LETTER_STATES, "state") or "open"
+        page = await tasks.dead_letters(chosen, DEFAULT_LIMIT, cursor)
+        return _page(
+            request,
+            "dead_letters.html",
+            nav="dead-letters",
+            page=page,
+            state=chosen,
+            states=DEAD_LETTER_STATES,
+            next_query=urlencode({"state": chosen, "cursor": page.next_cursor or ""}),
+        )
+
+    @post("/dead-letters/{dead_letter_id:uuid}/requeue", status_code=303)
+    async def requeue(
+        self,
+        request: AnyRequest,
+        dead_letter_id: FromPath[UUID],
+        tasks: NamedDependency[TaskService],
+    ) -> Redirect:
+        """Retry the failed task as a new one."""
+        operator = require_admin(request)
+        await tasks.requeue(dead_letter_id, operator.principal)
+        return _done("/console/dead-letters", "requeued")
+
+    @post("/dead-letters/{dead_letter_id:uuid}/discard", status_code=303)
+    async def discard(
+        self,
+        request: AnyRequest,
+        dead_letter_id: FromPath[UUID],
+        tasks: NamedDependency[TaskService],
+    ) -> Redirect:
+        """Give the dead letter up, with a reason (kept as the audit)."""
+        operator = require_admin(request)
+        form = await request.form()
+        reason = _form_text(form, "reason", required=False) or None
+        await tasks.discard(dead_letter_id, operator.principal, reason)
+        return _done("/console/dead-letters", "discarded")
+
+    @get("/tasks")
+    async def tasks_list(
+        self,
+        request: AnyRequest,
+        console_reads: NamedDependency[ConsoleReads],
+        status: FromQuery[str | None] = None,
+        agent: FromQuery[str | None] = None,
+        cursor: FromQuery[str | None] = None,
+    ) -> Template:
+        """Every task, filtered by status and agent, newest first."""
+        chosen = _choice(status, TASK_STATUSES, "status")
+        name = (agent or "").strip() or None
+        page = await console_reads.tasks(chosen, name, DEFAULT_LIMIT, cursor)
+        query = {"status": chosen or "", "agent": name or ""}
+        return _page(
+            request,
+            "tasks.html",
+            nav="tasks",
+            page=page,
+            query=query,
+            statuses=TASK_STATUSES,
+            next_query=urlencode({**query, "cursor": page.next_cursor or ""}),
+        )
+
+    @get("/tasks/{task_id:uuid}")
+    async def task(
+        self, request: AnyRequest, task_id: FromPath[UUID], tasks: NamedDependency[TaskService]
+    ) -> Template:
+        """One task: input, result, error, trace id and its transitions."""
+        detail = await tasks.detail(task_id, operator_of(request).principal)
+        return _page(request, "task.html", nav="tasks", d=detail)
+
+    # -- jobs --------------------------------------------------------------------------
+
+    @get("/jobs")
+    async def jobs(self, request: AnyRequest, job_service: NamedDependency[JobService]) -> Template:
+        """Every job with its last run and next slot."""
+        return _page(request, "jobs.html", nav="jobs", jobs=await job_service.jobs())
+
+    @get("/jobs/{name:str}")
+    async def job_runs(
+        self,
+        request: AnyRequest,
+        name: FromPath[str],
+        job_service: NamedDependency[JobService],
+        cursor: FromQuery[str | None] = None,
+        run: FromQuery[str | None] = None,
+    ) -> Template:
+        """A job's runs with their counts and errors, newest first (``run``: the one just
+        started from the console, highlighted)."""
+        job = job_service.job(name)
+        runs = await job_service.runs(name, DEFAULT_LIMIT, cursor)
+        return _page(
+            request,
+            "job.html",
+            nav="jobs",
+            job=job,
+            runs=runs,
+            request_run=run,
+            next_query=urlencode({"cursor": runs.next_cursor or ""}),
+        )
+
+    @post("/jobs/{name:str}/run", status_code=303)
+    async def run_job(
+        self, request: AnyRequest, name: FromPath[str], job_service: NamedDependency[JobService]
+    ) -> Redirect:
+        """Run a job now; a dry run counts what it would do and changes nothing (a
+        coordination_manager key may run dry only)."""
+        form = await request.form()
+        dry_run = _choice(_form_text(form, "dry_run"), ("true", "false"), "dry_run") == "true"
+        if not dry_run:
+            require_admin(request)
+        job_service.job(name)
+        run = await job_service.run_now(name, dry_run)
+        return Redirect(
+            f"/console/jobs/{name}?{urlencode({'run': str(run.run_id)})}", status_code=303
+        )

@@ -1,0 +1,513 @@
+"""The operator console over plain HTTP: sign-in, the cookie, CSRF, expiry, roles, and the
+pages and actions against the real services (tests/integration/test_console_browser.py
+drives the same console in a real Chromium)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator
+from datetime import timedelta
+from typing import Any
+
+import httpx
+import pytest
+from litestar import Litestar
+
+from app.clock import Clock, FrozenClock
+from app.settings import ConsoleSettings, Settings
+from tests.conftest import ADMIN_KEY, LOOPBACK_ALLOWED, same_app_client
+from tests.integration.helpers import create_session, create_user, if_match
+
+SESSION_SECONDS = 600
+
+
+@pytest.fixture
+def clock(frozen_clock: FrozenClock) -> Clock:
+    return frozen_clock
+
+
+@pytest.fixture
+def settings() -> Settings:
+    return Settings(outbound=LOOPBACK_ALLOWED, console=ConsoleSettings(session_seconds=600))
+
+
+def _token(html: str, name: str) -> str:
+    found = re.search(rf'name="{name}" value="([^"]+)"', html)
+    assert found, f"no {name} in the page"
+    return found.group(1)
+
+
+async def sign_in(browser: httpx.AsyncClient, key: str) -> httpx.Response:
+    """Load the sign-in form and send it with ``key``, as a browser would."""
+    form = await browser.get("/console/login")
+    assert form.status_code == 200
+    return await browser.post(
+        "/console/login",
+        data={"login_token": _token(form.text, "login_token"), "api_key": key},
+    )
+
+
+@pytest.fixture
+async def browser(app: Litestar, client: httpx.AsyncClient) -> AsyncIterator[httpx.AsyncClient]:
+    """A cookie-keeping client that sends no API key (the console ignores one anyway)."""
+    async with same_app_client(app) as anonymous:
+        yield anonymous
+
+
+@pytest.fixture
+async def admin(browser: httpx.AsyncClient) -> httpx.AsyncClient:
+    """``browser`` signed in with the admin key."""
+    answer = await sign_in(browser, ADMIN_KEY)
+    assert answer.status_code == 303, answer.text
+    return browser
+
+
+async def csrf_of(browser: httpx.AsyncClient, page: str = "/console/") -> str:
+    answer = await browser.get(page)
+    assert answer.status_code == 200, answer.text
+    return _token(answer.text, "csrf_token")
+
+
+async def make_agent(client: httpx.AsyncClient, name: str, roles: list[str]) -> str:
+    answer = await client.post("/v1/agents", json={"name": name, "roles": roles})
+    assert answer.status_code == 201, answer.text
+    key: str = answer.json()["api_key"]
+    return key
+
+
+# -- signing in ----------------------------------------------------------------------------
+
+
+async def test_pages_send_a_visitor_without_a_session_to_the_sign_in_form(
+    browser: httpx.AsyncClient,
+) -> None:
+    for page in ("/console/", "/console/sessions", "/console/agents", "/console/jobs"):
+        answer = await browser.get(page)
+        assert answer.status_code == 303
+        assert answer.headers["location"] == "/console/login"
+
+
+async def test_every_console_route_needs_a_session(
+    running_app: Litestar, browser: httpx.AsyncClient
+) -> None:
+    """Enumerates the app's routes, so a new console page cannot forget the sign-in check."""
+    samples = {"uuid": "00000000-0000-7000-8000-000000000000", "int": "1", "str": "sample"}
+    checked = 0
+    for route in running_app.routes:
+        if not route.path.startswith("/console") or route.path.startswith(
+            ("/console/login", "/console/static")
+        ):
+            continue
+        path = re.sub(r"\{\w+:(\w+)\}", lambda m: samples[m.group(1)], route.path)
+        for method in sorted(getattr(route, "methods", set()) - {"OPTIONS", "HEAD"}):
+            answer = await browser.request(method, path, data={"csrf_token": "x"})
+            if method == "GET":
+                assert answer.status_code == 303, (method, route.path)
+                assert answer.headers["location"] == "/console/login"
+            else:
+                assert answer.status_code == 401, (method, route.path, answer.status_code)
+            checked += 1
+    assert checked >= 15
+
+
+async def test_an_api_key_header_does_not_open_the_console(browser: httpx.AsyncClient) -> None:
+    answer = await browser.get("/console/", headers={"Authorization": f"Bearer {ADMIN_KEY}"})
+    assert answer.status_code == 303
+    assert answer.headers["location"] == "/console/login"
+
+
+async def test_signing_in_sets_a_strict_http_only_expiring_cookie(
+    browser: httpx.AsyncClient,
+) -> None:
+    answer = await sign_in(browser, ADMIN_KEY)
+    assert answer.status_code == 303
+    assert answer.headers["location"] == "/console/"
+    cookie = next(c for c in answer.headers.get_list("set-cookie") if c.startswith("sb_console="))
+    attributes = {part.strip().lower() for part in cookie.split(";")[1:]}
+    assert {"httponly", "samesite=strict", "path=/console", f"max-age={SESSION_SECONDS}"} <= (
+        attributes
+    )
+    assert "secure" not in attributes  # plain http here; see the https test
+    assert ADMIN_KEY not in cookie
+    page = await browser.get("/console/")
+    assert page.status_code == 200
+    assert "Signed in as <strong>admin</strong>" in page.text
+    assert ADMIN_KEY not in page.text
+    assert page.headers["cache-control"] == "no-store"
+    assert "frame-ancestors 'none'" in page.headers["content-security-policy"]
+
+
+async def test_the_cookie_is_secure_over_https(app: Litestar, client: httpx.AsyncClient) -> None:
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="https://console.example"
+    ) as secure:
+        answer = await sign_in(secure, ADMIN_KEY)
+    cookie = next(c for c in answer.headers.get_list("set-cookie") if c.startswith("sb_console="))
+    assert "secure" in {part.strip().lower() for part in cookie.split(";")}
+
+
+async def test_a_wrong_key_is_refused_without_echoing_it(browser: httpx.AsyncClient) -> None:
+    answer = await sign_in(browser, "sb_not-a-key-of-this-server-123")
+    assert answer.status_code == 401
+    assert "sb_not-a-key-of-this-server-123" not in answer.text
+    assert not any(c.startswith("sb_console=") for c in answer.headers.get_list("set-cookie"))
+    assert (await browser.get("/console/")).status_code == 303
+
+
+async def test_the_sign_in_form_needs_its_own_token(browser: httpx.AsyncClient) -> None:
+    await browser.get("/console/login")
+    for token in (None, "forged"):
+        data = {"api_key": ADMIN_KEY} | ({"login_token": token} if token else {})
+        answer = await browser.post("/console/login", data=data)
+        assert answer.status_code == 403
+        assert "token" in answer.text
+        assert answer.headers["content-type"].startswith("text/html")
+
+
+async def test_an_agent_key_without_the_role_cannot_sign_in(
+    browser: httpx.AsyncClient, client: httpx.AsyncClient
+) -> None:
+    key = await make_agent(client, "plain-agent", [])
+    assert (await sign_in(browser, key)).status_code == 401
+
+
+async def test_a_coordination_manager_reads_and_runs_dry_but_changes_nothing(
+    browser: httpx.AsyncClient, client: httpx.AsyncClient
+) -> None:
+    key = await make_agent(client, "n8n-ops", ["coordination_manager"])
+    assert (await sign_in(browser, key)).status_code == 303
+    page = await browser.get("/console/agents")
+    assert page.status_code == 200
+    assert "(read-mostly)" in page.text
+    assert "Open breaker" not in page.text  # no buttons it may not press
+    csrf = _token(page.text, "csrf_token")
+    refused = await browser.post(
+        "/console/agents/n8n-ops/breaker", data={"csrf_token": csrf, "state": "open"}
+    )
+    assert refused.status_code == 403
+    assert (await client.get("/v1/agents/n8n-ops/breaker")).json()["state"] == "closed"
+    real_run = await browser.post(
+        "/console/jobs/housekeeping/run", data={"csrf_token": csrf, "dry_run": "false"}
+    )
+    assert real_run.status_code == 403
+    dry = await browser.post(
+        "/console/jobs/housekeeping/run", data={"csrf_token": csrf, "dry_run": "true"}
+    )
+    assert dry.status_code == 303
+    runs = (await client.get("/v1/jobs/housekeeping/runs")).json()["items"]
+    assert [run["dry_run"] for run in runs] == [True]
+
+
+async def test_a_rotated_key_ends_its_console_session(
+    browser: httpx.AsyncClient, client: httpx.AsyncClient
+) -> None:
+    key = await make_agent(client, "n8n-ops", ["coordination_manager"])
+    assert (await sign_in(browser, key)).status_code == 303
+    assert (await browser.get("/console/")).status_code == 200
+    assert (await client.post("/v1/agents/n8n-ops/key")).status_code == 201
+    answer = await browser.get("/console/")
+    assert answer.status_code == 303
+    assert answer.headers["location"] == "/console/login"
+
+
+async def test_a_tampered_cookie_is_no_session(admin: httpx.AsyncClient) -> None:
+    value = admin.cookies["sb_console"]
+    body, mac = value.split(".")
+    admin.cookies.set("sb_console", body + "." + mac[::-1], path="/console")
+    answer = await admin.get("/console/")
+    assert answer.status_code == 303
+    assert answer.headers["location"] == "/console/login"
+
+
+async def test_an_expired_session_is_refused(
+    admin: httpx.AsyncClient, frozen_clock: FrozenClock
+) -> None:
+    csrf = await csrf_of(admin)
+    frozen_clock.advance(timedelta(seconds=SESSION_SECONDS + 1))
+    page = await admin.get("/console/")
+    assert page.status_code == 303
+    assert page.headers["location"] == "/console/login?expired=1"
+    form = await admin.get(page.headers["location"])
+    assert "session has expired" in form.text
+    action = await admin.post(
+        "/console/agents/x/breaker", data={"csrf_token": csrf, "state": "open"}
+    )
+    assert action.status_code == 401
+    assert "expired" in action.text
+
+
+async def test_sign_out_deletes_the_cookie(admin: httpx.AsyncClient) -> None:
+    csrf = await csrf_of(admin)
+    answer = await admin.post("/console/logout", data={"csrf_token": csrf})
+    assert answer.status_code == 303
+    assert answer.headers["location"] == "/console/login"
+    assert (await admin.get("/console/")).status_code == 303
+
+
+# -- CSRF ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("token", [None, "", "not-the-token"])
+async def test_a_form_without_the_right_csrf_token_is_refused(
+    admin: httpx.AsyncClient, client: httpx.AsyncClient, token: str | None
+) -> None:
+    await make_agent(client, "worker-1", [])
+    data: dict[str, Any] = {"state": "open"} | ({"csrf_token": token} if token is not None else {})
+    answer = await admin.post("/console/agents/worker-1/breaker", data=data)
+    assert answer.status_code == 403
+    assert "CSRF" in answer.text
+    assert (await client.get("/v1/agents/worker-1/breaker")).json()["state"] == "closed"
+
+
+async def test_the_csrf_token_of_another_session_is_refused(
+    app: Litestar, admin: httpx.AsyncClient, client: httpx.AsyncClient
+) -> None:
+    await make_agent(client, "worker-1", [])
+    async with same_app_client(app) as other:
+        await sign_in(other, ADMIN_KEY)
+        foreign = await csrf_of(other)
+    answer = await admin.post(
+        "/console/agents/worker-1/breaker", data={"csrf_token": foreign, "state": "open"}
+    )
+    assert answer.status_code == 403
+
+
+# -- pages and actions ---------------------------------------------------------------------
+
+
+async def test_the_console_is_not_in_the_openapi_document(client: httpx.AsyncClient) -> None:
+    paths = (await client.get("/schema/openapi.json")).json()["paths"]
+    assert not [path for path in paths if path.startswith("/console")]
+
+
+async def test_static_files_are_served_from_the_package(browser: httpx.AsyncClient) -> None:
+    css = await browser.get("/console/static/console.css")
+    assert css.status_code == 200
+    assert css.headers["content-type"].startswith("text/css")
+    js = await browser.get("/console/static/console.js")
+    assert js.status_code == 200
+    assert "data-confirm" in js.text
+
+
+async def test_overview_counts_what_the_database_holds(
+    admin: httpx.AsyncClient, client: httpx.AsyncClient
+) -> None:
+    await create_session(client)
+    await create_session(client)
+    await make_agent(client, "worker-1", [])
+    page = await admin.get("/console/")
+    assert page.status_code == 200
+    sessions = re.search(r"Sessions by status</caption>(.*?)</table>", page.text, re.S)
+    assert sessions is not None
+    assert re.search(r"badge-active\">active</span></th><td class=\"num\">2<", sessions.group(1))
+    assert "worker-1" in page.text
+    assert "housekeeping" in page.text
+
+
+async def test_session_search_filters_by_external_ref_and_status(
+    admin: httpx.AsyncClient, client: httpx.AsyncClient
+) -> None:
+    alice = await create_user(client, "alice@example")
+    mine = await create_session(client, user_id=alice)
+    other = await create_session(client)
+    page = await admin.get("/console/sessions", params={"user": "alice@example"})
+    assert mine["session_id"] in page.text
+    assert other["session_id"] not in page.text
+    none = await admin.get("/console/sessions", params={"user": "alice@example", "status": "idle"})
+    assert mine["session_id"] not in none.text
+    by_id = await admin.get("/console/sessions", params={"user": alice})
+    assert mine["session_id"] in by_id.text
+
+
+async def test_session_search_pages_with_cursors(
+    admin: httpx.AsyncClient, client: httpx.AsyncClient
+) -> None:
+    user = await create_user(client, "many@example")
+    made = [(await create_session(client, user_id=user))["session_id"] for _ in range(52)]
+    first = await admin.get("/console/sessions", params={"user": "many@example"})
+    next_link = re.search(r'href="/console/sessions\?([^"]+)" rel="next"', first.text)
+    assert next_link is not None
+    second = await admin.get("/console/sessions?" + next_link.group(1).replace("&amp;", "&"))
+    shown = set(re.findall(r"/console/sessions/([0-9a-f-]{36})", first.text + second.text))
+    assert shown == set(made)
+
+
+async def test_bad_filters_get_a_clear_400_page(admin: httpx.AsyncClient) -> None:
+    for params in ({"status": "sleeping"}, {"created_from": "yesterday"}, {"cursor": "bogus"}):
+        answer = await admin.get("/console/sessions", params=params)
+        assert answer.status_code == 400, params
+        assert answer.headers["content-type"].startswith("text/html")
+    assert (await admin.get("/console/sessions/not-a-uuid")).status_code in (400, 404)
+    missing = await admin.get("/console/sessions/0190c6c0-0000-7000-8000-000000000000")
+    assert missing.status_code == 404
+    assert "No session" in missing.text
+
+
+async def test_session_page_shows_a_diff_and_rolls_back(
+    admin: httpx.AsyncClient, client: httpx.AsyncClient
+) -> None:
+    session = await create_session(client)
+    sid = session["session_id"]
+    patched = await client.patch(
+        f"/v1/sessions/{sid}",
+        json={"session_state": {"active_process": "billing-dispute"}, "priority": "high"},
+        headers={"Content-Type": "application/merge-patch+json", **if_match(1)},
+    )
+    assert patched.status_code == 200, patched.text
+    page = await admin.get(f"/console/sessions/{sid}", params={"old": 1, "new": 2})
+    assert page.status_code == 200
+    assert "From version 1 to version 2" in page.text
+    assert "session_state.active_process" in page.text
+    assert "billing-dispute" in page.text
+    assert re.search(r'<td class="mono">priority</td><td>changed</td>', page.text)
+    csrf = _token(page.text, "csrf_token")
+    stale = await admin.post(
+        f"/console/sessions/{sid}/rollback",
+        data={"csrf_token": csrf, "to_version": "1", "base_version": "1"},
+    )
+    assert stale.status_code == 409  # the page showed version 1; it is at 2 now
+    done = await admin.post(
+        f"/console/sessions/{sid}/rollback",
+        data={"csrf_token": csrf, "to_version": "1", "base_version": "2"},
+    )
+    assert done.status_code == 303
+    assert done.headers["location"] == f"/console/sessions/{sid}?done=rolled-back"
+    now = (await client.get(f"/v1/sessions/{sid}")).json()
+    assert now["version"] == 3
+    assert now["priority"] == session["priority"]
+    versions = (await client.get(f"/v1/sessions/{sid}/versions")).json()["items"]
+    assert versions[0]["change_reason"] == "rollback to version 1"
+    assert versions[0]["changed_by"] == "admin"
+
+
+async def test_preserve_goes_through_the_session_service(
+    admin: httpx.AsyncClient, client: httpx.AsyncClient
+) -> None:
+    sid = (await create_session(client))["session_id"]
+    csrf = await csrf_of(admin, f"/console/sessions/{sid}")
+    answer = await admin.post(
+        f"/console/sessions/{sid}/preserve",
+        data={"csrf_token": csrf, "preserve": "true", "base_version": "1"},
+    )
+    assert answer.status_code == 303
+    assert (await client.get(f"/v1/sessions/{sid}")).json()["preserve"] is True
+    bad = await admin.post(
+        f"/console/sessions/{sid}/preserve",
+        data={"csrf_token": csrf, "preserve": "maybe", "base_version": "2"},
+    )
+    assert bad.status_code == 400
+
+
+async def test_breaker_open_and_close(admin: httpx.AsyncClient, client: httpx.AsyncClient) -> None:
+    await make_agent(client, "worker-1", [])
+    csrf = await csrf_of(admin, "/console/agents")
+    opened = await admin.post(
+        "/console/agents/worker-1/breaker", data={"csrf_token": csrf, "state": "open"}
+    )
+    assert opened.status_code == 303
+    assert (await client.get("/v1/agents/worker-1/breaker")).json()["state"] == "forced_open"
+    page = await admin.get(opened.headers["location"])
+    assert "The breaker is open" in page.text
+    closed = await admin.post(
+        "/console/agents/worker-1/breaker", data={"csrf_token": csrf, "state": "closed"}
+    )
+    assert closed.status_code == 303
+    assert (await client.get("/v1/agents/worker-1/breaker")).json()["state"] == "closed"
+    unknown = await admin.post(
+        "/console/agents/nobody/breaker", data={"csrf_token": csrf, "state": "open"}
+    )
+    assert unknown.status_code == 404
+
+
+async def test_key_rotation_shows_the_new_key_once(
+    admin: httpx.AsyncClient, client: httpx.AsyncClient, app: Litestar
+) -> None:
+    old_key = await make_agent(client, "worker-1", [])
+    csrf = await csrf_of(admin, "/console/agents")
+    answer = await admin.post("/console/agents/worker-1/rotate-key", data={"csrf_token": csrf})
+    assert answer.status_code == 200
+    assert answer.headers["cache-control"] == "no-store"
+    new_key = re.search(r'id="new-key"[^>]*value="([^"]+)"', answer.text)
+    assert new_key is not None
+    # The new key authenticates (403: an agent may not read the registry), the old does not.
+    async with same_app_client(app, {"X-API-Key": new_key.group(1)}) as agent:
+        assert (await agent.get("/v1/agents/worker-1")).status_code == 403
+    async with same_app_client(app, {"X-API-Key": old_key}) as agent:
+        assert (await agent.get("/v1/agents/worker-1")).status_code == 401
+    assert new_key.group(1) not in (await admin.get("/console/agents")).text
+
+
+async def test_jobs_page_and_dry_run(admin: httpx.AsyncClient, client: httpx.AsyncClient) -> None:
+    csrf = await csrf_of(admin, "/console/jobs")
+    answer = await admin.post(
+        "/console/jobs/housekeeping/run", data={"csrf_token": csrf, "dry_run": "true"}
+    )
+    assert answer.status_code == 303
+    run_id = answer.headers["location"].split("run=")[1]
+    page = await admin.get(answer.headers["location"])
+    assert f'id="run-{run_id}" class="highlight"' in page.text
+    unknown = await admin.post(
+        "/console/jobs/nope/run", data={"csrf_token": csrf, "dry_run": "true"}
+    )
+    assert unknown.status_code == 404
+
+
+async def test_tasks_are_listed_and_filtered(
+    admin: httpx.AsyncClient, client: httpx.AsyncClient
+) -> None:
+    for name in ("worker-1", "worker-2"):
+        made = await client.post("/v1/agents", json={"name": name, "url": "http://127.0.0.1:9/"})
+        assert made.status_code == 201, made.text
+    submitted = {}
+    for name in ("worker-1", "worker-1", "worker-2"):
+        task = await client.post("/v1/tasks", json={"agent_name": name, "input": {"q": 1}})
+        assert task.status_code == 201, task.text
+        submitted[task.json()["task_id"]] = name
+    page = await admin.get("/console/tasks", params={"agent": "worker-1", "status": "submitted"})
+    assert page.status_code == 200
+    shown = set(re.findall(r'href="/console/tasks/([0-9a-f-]{36})"', page.text))
+    assert shown == {task for task, name in submitted.items() if name == "worker-1"}
+    none = await admin.get("/console/tasks", params={"status": "completed"})
+    assert not re.findall(r'href="/console/tasks/([0-9a-f-]{36})"', none.text)
+    one = next(iter(submitted))
+    detail = await admin.get(f"/console/tasks/{one}")
+    assert detail.status_code == 200
+    assert "&#34;q&#34;: 1" in detail.text or '"q": 1' in detail.text
+    assert (await admin.get("/console/tasks", params={"status": "asleep"})).status_code == 400
+
+
+async def test_an_escalation_is_resolved_with_a_note(
+    browser: httpx.AsyncClient, client: httpx.AsyncClient
+) -> None:
+    """Through the API's EscalationService; a coordination_manager key may do it too."""
+    sid = (await create_session(client))["session_id"]
+    manager = await make_agent(client, "n8n-ops", ["coordination_manager"])
+    assert (await sign_in(browser, manager)).status_code == 303
+    page = await browser.get(f"/console/sessions/{sid}")
+    assert 'action="/console/sessions/' + sid + '/resolve"' not in page.text  # not escalated
+    csrf = _token(page.text, "csrf_token")
+    early = await browser.post(
+        f"/console/sessions/{sid}/resolve", data={"csrf_token": csrf, "note": "nothing to do"}
+    )
+    assert early.status_code == 409
+    escalated = await client.patch(
+        f"/v1/sessions/{sid}",
+        json={"status": "escalated"},
+        headers={"Content-Type": "application/merge-patch+json", **if_match(1)},
+    )
+    assert escalated.status_code == 200, escalated.text
+    page = await browser.get(f"/console/sessions/{sid}")
+    assert 'action="/console/sessions/' + sid + '/resolve"' in page.text
+    empty = await browser.post(
+        f"/console/sessions/{sid}/resolve", data={"csrf_token": csrf, "note": "  "}
+    )
+    assert empty.status_code == 400
+    done = await browser.post(
+        f"/console/sessions/{sid}/resolve",
+        data={"csrf_token": csrf, "note": "refund issued by hand"},
+    )
+    assert done.status_code == 303
+    assert done.headers["location"] == f"/console/sessions/{sid}?done=resolved"
+    assert (await client.get(f"/v1/sessions/{sid}")).json()["status"] == "active"
+    decisions = (await client.get(f"/v1/sessions/{sid}/decisions")).json()["items"]
+    assert any("refund issued by hand" in str(decision) for decision in decisions)

@@ -1,0 +1,415 @@
+"""The operator console in a real headless Chromium (Debian's ``chromium`` package, driven by
+Playwright) against a live Switchboard process on 127.0.0.1: an operator's round trip, and
+the CSRF, cross-site and expired-session refusals.
+
+The browser comes from the system (``scripts/chromium.sh``, run by ``make test``, installs
+Debian's package where it can); Playwright never downloads one. Without a Chromium the tests
+are skipped, saying why. ``SWITCHBOARD_CONSOLE_SCREENSHOTS=<dir>`` (``make
+console-screenshots``) writes the overview and a session page there."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import threading
+import time
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from bench.serve import free_port, spawn
+from tests import dbutil
+from tests.conftest import ADMIN_KEY
+
+playwright_api = pytest.importorskip(
+    "playwright.async_api",
+    reason="the python playwright package is not installed (make install puts it in .venv)",
+)
+
+CHROMIUM_FLAGS = [
+    "--headless=new",
+    "--no-sandbox",  # root in CI containers
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",  # the machine's closed network refuses Google's hosts
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+def chromium_path() -> str | None:
+    """A Chromium of the system: SWITCHBOARD_CHROMIUM, else chromium on PATH."""
+    configured = os.environ.get("SWITCHBOARD_CHROMIUM")
+    if configured:
+        return configured
+    for name in ("chromium", "chromium-browser"):
+        found = shutil.which(name)
+        if found:
+            return found
+    return None
+
+
+@dataclass
+class Live:
+    """A Switchboard process and an admin client of its API."""
+
+    url: str
+    api: httpx.AsyncClient
+
+
+@asynccontextmanager
+async def running_switchboard(
+    server_url: str, template_database: str, **env: str
+) -> AsyncIterator[Live]:
+    """A Switchboard process on a database of its own, and an admin client of its API."""
+    name = dbutil.unique_name("sbtest_console")
+    await dbutil.create_database(server_url, name, template=template_database)
+    port = free_port()
+    process = await asyncio.to_thread(
+        spawn,
+        "switchboard",
+        port,
+        {
+            "SWITCHBOARD_DATABASE_URL": dbutil.with_database(server_url, name),
+            "SWITCHBOARD_ADMIN_KEY": ADMIN_KEY,
+            "SWITCHBOARD_OUTBOUND_ALLOW_LOOPBACK": "true",
+            "SWITCHBOARD_TASKS_ENABLED": "true",
+            **env,
+        },
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        async with httpx.AsyncClient(
+            base_url=url, headers={"Authorization": f"Bearer {ADMIN_KEY}"}, timeout=10
+        ) as api:
+            yield Live(url, api)
+    finally:
+        process.terminate()
+        await asyncio.to_thread(process.wait, 30)
+        await dbutil.drop_database(server_url, name)
+
+
+@pytest.fixture
+def chromium() -> str:
+    path = chromium_path()
+    if path is None:
+        pytest.skip(
+            "no Chromium on this machine: install Debian's chromium package "
+            "(scripts/chromium.sh, which make test runs, does so as root) or set "
+            "SWITCHBOARD_CHROMIUM to a Chromium binary"
+        )
+    return path
+
+
+@pytest.fixture
+async def live(server_url: str, template_database: str, chromium: str) -> AsyncIterator[Live]:
+    async with running_switchboard(server_url, template_database) as started:
+        yield started
+
+
+@pytest.fixture
+async def page(chromium: str) -> AsyncIterator[Any]:
+    """A page of a fresh headless Chromium; confirm dialogs are accepted."""
+    async with playwright_api.async_playwright() as driver:
+        browser = await driver.chromium.launch(executable_path=chromium, args=CHROMIUM_FLAGS)
+        try:
+            context = await browser.new_context(viewport={"width": 1366, "height": 900})
+            opened = await context.new_page()
+            opened.set_default_timeout(15_000)
+            opened.on("dialog", lambda dialog: asyncio.ensure_future(dialog.accept()))
+            yield opened
+        finally:
+            await browser.close()
+
+
+async def screenshot(page: Any, name: str, tmp_path: Path) -> Path:
+    """Write a full-page PNG into SWITCHBOARD_CONSOLE_SCREENSHOTS (else the test's tmp)."""
+    folder = Path(os.environ.get("SWITCHBOARD_CONSOLE_SCREENSHOTS") or tmp_path)
+    await asyncio.to_thread(folder.mkdir, parents=True, exist_ok=True)
+    target = folder / name
+    await page.screenshot(path=str(target), full_page=True)
+    assert (
+        await asyncio.to_thread(target.stat)
+    ).st_size > 10_000  # a rendered page, not a blank one
+    return target
+
+
+class _Refusing(BaseHTTPRequestHandler):
+    """An agent that refuses every call with a 400 (not retried: one attempt, a dead letter)."""
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("content-length", "0")))
+        body = json.dumps({"error": "bad request"}).encode()
+        self.send_response(400)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *_: Any) -> None:
+        return
+
+
+@pytest.fixture(scope="module")
+def refusing_agent() -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Refusing)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+async def dead_letters(api: httpx.AsyncClient, seconds: float = 20) -> list[dict[str, Any]]:
+    """The open dead letters, once there is one."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        items: list[dict[str, Any]] = (await api.get("/v1/dead-letters")).json()["items"]
+        if items:
+            return items
+        await asyncio.sleep(0.2)
+    raise AssertionError("no dead letter arrived")
+
+
+async def seed(live: Live, refusing_agent: str) -> dict[str, Any]:
+    """What an operator would find: users and sessions, agents, a dead letter, job runs."""
+    api = live.api
+    for name in ("Billing_Agent", "Research_Agent"):
+        made = await api.post("/v1/agents", json={"name": name, "intents": [], "roles": []})
+        assert made.status_code == 201, made.text
+    alice = (await api.post("/v1/users", json={"external_ref": "alice@example.com"})).json()["id"]
+    bob = (await api.post("/v1/users", json={"external_ref": "bob@example.com"})).json()["id"]
+    session = (
+        await api.post(
+            "/v1/sessions",
+            json={
+                "user_id": alice,
+                "session_state": {"active_process": "onboarding"},
+                "current_agent": "Guide_Agent",
+            },
+        )
+    ).json()
+    sid = session["session_id"]
+    patched = await api.patch(
+        f"/v1/sessions/{sid}",
+        json={
+            "session_state": {"active_process": "billing-dispute"},
+            "priority": "high",
+            "progress_percentage": 40,
+        },
+        headers={"Content-Type": "application/merge-patch+json", "If-Match": '"1"'},
+    )
+    assert patched.status_code == 200, patched.text
+    handed = await api.post(
+        f"/v1/sessions/{sid}/handoff",
+        json={
+            "to_agent": "Billing_Agent",
+            "reason": "the customer disputes an invoice",
+            "output_summary": "identity checked, invoice 2291 found",
+        },
+        headers={"If-Match": '"2"'},
+    )
+    assert handed.status_code == 200, handed.text
+    for user in (alice, bob, bob):
+        assert (await api.post("/v1/sessions", json={"user_id": user})).status_code == 201
+    made = await api.post(
+        "/v1/agents", json={"name": "Picky_Agent", "url": refusing_agent, "timeout_ms": 2000}
+    )
+    assert made.status_code == 201, made.text
+    task = await api.post(
+        "/v1/tasks",
+        json={
+            "agent_name": "Picky_Agent",
+            "input": {"message": "refund please"},
+            "session_id": sid,
+        },
+    )
+    assert task.status_code in (200, 201), task.text
+    letters = await dead_letters(api)
+    ran = await api.post("/v1/jobs/housekeeping/run", params={"dry_run": "true"})
+    assert ran.status_code == 200, ran.text
+    return {"session_id": sid, "dead_letter_id": letters[0]["dead_letter_id"]}
+
+
+async def sign_in(page: Any, url: str, key: str = ADMIN_KEY) -> None:
+    await page.goto(f"{url}/console/")
+    assert page.url.endswith("/console/login")
+    await page.get_by_label("Admin key, or an agent key").fill(key)
+    await page.get_by_role("button", name="Sign in").click()
+    await page.wait_for_url(f"{url}/console/")
+
+
+async def test_an_operator_round_trip(
+    live: Live, page: Any, refusing_agent: str, tmp_path: Path
+) -> None:
+    seeded = await seed(live, refusing_agent)
+    sid = seeded["session_id"]
+
+    await sign_in(page, live.url)
+    assert await page.get_by_role("heading", name="Overview").is_visible()
+    assert ADMIN_KEY not in await page.content()
+    assert "key" not in page.url
+    picky = await page.locator("tr", has_text="Picky_Agent").first.inner_text()
+    assert "1 (100 %)" in picky  # its one task of the last hour failed
+    await screenshot(page, "overview.png", tmp_path)
+    # Keyboard first: the first Tab stop is the skip link, and it leads to the content.
+    await page.keyboard.press("Tab")
+    assert await page.evaluate("document.activeElement.textContent") == "Skip to content"
+    tiles = await page.locator(".tile-alert").all_inner_texts()
+    assert any("dead letters waiting" in tile for tile in tiles)
+
+    # Find the session: by the user's external reference.
+    await page.get_by_role("link", name="Sessions", exact=True).click()
+    await page.get_by_label("User (id or external ref)").fill("alice@example.com")
+    await page.get_by_role("button", name="Search").click()
+    rows = page.locator("main table").first.locator("tbody tr")
+    assert await rows.count() == 2  # alice has two sessions; bob's are not shown
+    await page.get_by_role("link", name=sid).click()
+    await page.wait_for_url(f"{live.url}/console/sessions/{sid}")
+
+    # Read its diff. The latest change is shown first: the failed task escalated the session.
+    diff = page.locator(".diff")
+    assert "From version 3 to version 4" in await diff.inner_text()
+    assert "escalated" in await diff.locator("table.changes tbody").inner_text()
+    await page.get_by_label("Compare version").fill("1")
+    await page.get_by_label("with").fill("2")
+    await page.get_by_role("button", name="Show diff").click()
+    await page.wait_for_url(f"{live.url}/console/sessions/{sid}?old=1&new=2")
+    assert "From version 1 to version 2" in await diff.inner_text()
+    changes = await diff.locator("table.changes tbody").inner_text()
+    assert "session_state.active_process" in changes
+    assert "billing-dispute" in changes
+    assert "priority" in changes
+    await page.get_by_text("Unified diff").click()
+    assert '"active_process": "billing-dispute"' in await diff.locator("pre").inner_text()
+    timeline = await page.locator("ol.timeline").inner_text()
+    assert "Billing_Agent executing" in timeline
+    await screenshot(page, "session.png", tmp_path)
+
+    # Roll back to version 1 (the confirm dialog is accepted).
+    await page.get_by_label("Roll back to version").fill("1")
+    await page.get_by_role("button", name="Roll back").click()
+    await page.wait_for_url(f"{live.url}/console/sessions/{sid}?done=rolled-back")
+    assert "Rolled back" in await page.get_by_role("status").inner_text()
+    after = (await live.api.get(f"/v1/sessions/{sid}")).json()
+    assert after["version"] == 5
+    assert after["status"] == "escalated"  # not content: a rollback leaves it
+    assert after["session_state"]["active_process"] == "onboarding"
+    assert after["priority"] == "normal"
+    assert after["current_agent"] == "Guide_Agent"
+
+    # Resolve the escalation the dead letter caused.
+    await page.get_by_label("What was done about it").fill("invoice corrected by hand")
+    await page.get_by_role("button", name="Resolve").click()
+    await page.wait_for_url(f"{live.url}/console/sessions/{sid}?done=resolved")
+    assert (await live.api.get(f"/v1/sessions/{sid}")).json()["status"] == "active"
+
+    # Open and close a breaker.
+    await page.get_by_role("link", name="Agents", exact=True).click()
+    await page.get_by_role("button", name="Open the breaker of Billing_Agent").click()
+    await page.wait_for_url("**/console/agents?done=breaker-open")
+    assert (await live.api.get("/v1/agents/Billing_Agent/breaker")).json()["state"] == "forced_open"
+    await page.get_by_role("button", name="Close the breaker of Billing_Agent").click()
+    await page.wait_for_url("**/console/agents?done=breaker-closed")
+    assert (await live.api.get("/v1/agents/Billing_Agent/breaker")).json()["state"] == "closed"
+
+    # Requeue the dead letter.
+    await page.get_by_role("link", name="Dead letters", exact=True).click()
+    letter = seeded["dead_letter_id"]
+    await page.get_by_role("button", name=f"Requeue the task of dead letter {letter}").click()
+    await page.wait_for_url("**/console/dead-letters?done=requeued")
+    requeued = (await live.api.get("/v1/dead-letters", params={"state": "requeued"})).json()[
+        "items"
+    ]
+    assert [item["dead_letter_id"] for item in requeued] == [letter]
+    assert requeued[0]["requeued_by"] == "admin"
+
+    # Run a job dry.
+    await page.get_by_role("link", name="Jobs", exact=True).click()
+    await page.get_by_role("button", name="Dry run of expiry_cleanup").click()
+    await page.wait_for_url("**/console/jobs/expiry_cleanup?run=*")
+    highlighted = page.locator("tr.highlight")
+    assert await highlighted.count() == 1
+    assert "yes" in await highlighted.inner_text()  # the Dry column
+    runs = (await live.api.get("/v1/jobs/expiry_cleanup/runs")).json()["items"]
+    assert [run["dry_run"] for run in runs] == [True]
+
+    # Sign out: the console is closed again.
+    await page.get_by_role("button", name="Sign out").click()
+    await page.wait_for_url(f"{live.url}/console/login")
+    await page.goto(f"{live.url}/console/sessions")
+    assert page.url == f"{live.url}/console/login"
+
+
+async def test_a_form_with_a_forged_csrf_token_is_refused(live: Live, page: Any) -> None:
+    made = await live.api.post("/v1/agents", json={"name": "Csrf_Target"})
+    assert made.status_code == 201, made.text
+    await sign_in(page, live.url)
+    await page.goto(f"{live.url}/console/agents")
+    form = page.locator('form[action="/console/agents/Csrf_Target/breaker"]')
+    await form.locator('input[name="csrf_token"]').evaluate("field => { field.value = 'forged'; }")
+    async with page.expect_response("**/console/agents/Csrf_Target/breaker") as answered:
+        await form.get_by_role("button").click()
+    assert (await answered.value).status == 403
+    assert "CSRF token is missing or wrong" in await page.content()
+    assert (await live.api.get("/v1/agents/Csrf_Target/breaker")).json()["state"] == "closed"
+
+
+async def test_a_cross_site_form_gets_no_cookie(live: Live, page: Any) -> None:
+    """SameSite=Strict: a page on another site posting to the console is not signed in,
+    even with the browser signed in (and even if it knew a CSRF token)."""
+    made = await live.api.post("/v1/agents", json={"name": "Cross_Site_Target"})
+    assert made.status_code == 201, made.text
+    await sign_in(page, live.url)
+    csrf = await page.locator('input[name="csrf_token"]').first.get_attribute("value")
+    other_site = f"http://localhost:{live.url.rsplit(':', 1)[1]}"  # another host name
+
+    async def evil_page(route: Any) -> None:
+        await route.fulfill(
+            content_type="text/html",
+            body=(
+                f'<form method="post" action="{live.url}/console/agents/Cross_Site_Target/'
+                f'breaker"><input name="csrf_token" value="{csrf}">'
+                '<input name="state" value="open"><button>go</button></form>'
+            ),
+        )
+
+    await page.route(f"{other_site}/evil", evil_page)
+    await page.goto(f"{other_site}/evil")
+    async with page.expect_response("**/console/agents/Cross_Site_Target/breaker") as answered:
+        await page.get_by_role("button", name="go").click()
+    assert (await answered.value).status == 401
+    assert (await live.api.get("/v1/agents/Cross_Site_Target/breaker")).json()["state"] == "closed"
+
+
+async def test_an_expired_session_is_refused(
+    server_url: str, template_database: str, chromium: str, page: Any
+) -> None:
+    async with running_switchboard(
+        server_url, template_database, SWITCHBOARD_CONSOLE_SESSION_SECONDS="3"
+    ) as short:
+        made = await short.api.post("/v1/agents", json={"name": "Late_Agent"})
+        assert made.status_code == 201, made.text
+        await sign_in(page, short.url)
+        await page.goto(f"{short.url}/console/agents")
+        await asyncio.sleep(3.5)
+        async with page.expect_response("**/console/agents/Late_Agent/breaker") as answered:
+            await page.get_by_role("button", name="Open the breaker of Late_Agent").click()
+        assert (await answered.value).status == 401
+        # The browser dropped the cookie at its Max-Age (the signed expiry is the same time;
+        # tests/integration/test_console.py checks a cookie sent past it): signed out.
+        assert "Sign in to the console first" in await page.content()
+        assert (await short.api.get("/v1/agents/Late_Agent/breaker")).json()["state"] == "closed"
+        await page.goto(f"{short.url}/console/")
+        assert page.url == f"{short.url}/console/login"
