@@ -364,3 +364,29 @@ async def test_bad_branch_messages_are_problems(client: httpx.AsyncClient) -> No
     # Nothing was written by the refused messages.
     assert (await forked.branch())["version"] == 1
     assert await decisions(client, forked.sid) == []
+
+
+async def test_fallbacks_on_a_branch_count_for_the_session_and_escalate_it(
+    client: httpx.AsyncClient,
+) -> None:
+    """The safety limits are the session's: a run of fallbacks on a branch escalates the
+    session, and then neither the branch nor main takes messages until a person resolves
+    it."""
+    forked = await Forked.make(client)
+    question = "what is compound interest"  # its agent has no url: the fallback answers
+    statuses = []
+    for _ in range(10):
+        result = (await post_message(client, forked.sid, question, branch=BRANCH)).json()
+        assert (result["branch"], result["degraded"]) == (BRANCH, True)
+        statuses.append(result["session_status"])
+        if result["session_status"] == "escalated":
+            break
+    assert statuses[-1] == "escalated", statuses
+    assert result["next_step"]["outcome"] == "request_manual_intervention"
+    assert (await forked.session())["status"] == "escalated"
+
+    on_branch = assert_problem(await post_message(client, forked.sid, PLAN, branch=BRANCH), 409)
+    assert on_branch["session_status"] == "escalated"
+    assert_problem(await post_message(client, forked.sid, PLAN), 409)
+    branch_turns = [d for d in await decisions(client, forked.sid) if d["branch"] == BRANCH]
+    assert len(branch_turns) == len(statuses)
