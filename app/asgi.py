@@ -34,7 +34,11 @@ from app.coordination.controller import (
 )
 from app.db.pool import Database
 from app.errors import EXCEPTION_HANDLERS, UnsupportedMediaType
-from app.events.controller import EventController, SubscriptionController
+from app.events.controller import (
+    EventController,
+    SessionEventController,
+    SubscriptionController,
+)
 from app.health.controller import HealthController
 from app.jobs.controller import JobController
 from app.jobs.scheduler import Scheduler
@@ -157,6 +161,8 @@ def create_app(
                 started.push_async_callback(services.breakers.stop)
                 await services.tasks.start()
                 started.push_async_callback(services.tasks.stop)
+                # Started by the first stream; stopped (if it was) before the pool closes.
+                started.push_async_callback(services.event_hub.stop)
                 if worker is not None:
                     await worker.start()
                     started.push_async_callback(worker.stop)
@@ -198,6 +204,7 @@ def create_app(
             JobController,
             SubscriptionController,
             EventController,
+            SessionEventController,
             N8nWebhookController,
             TaskController,
             SessionTasksController,
@@ -221,6 +228,7 @@ def create_app(
             "breaker_admin": provide(services.breaker_admin),
             "job_service": provide(services.jobs),
             "events": provide(services.events),
+            "streams": provide(services.event_streams),
             "hooks": provide(services.webhooks),
             "metrics": provide(metrics),
             "breakers": provide(services.breakers),
@@ -240,6 +248,8 @@ def create_app(
         state=State(
             {
                 "agent_service": services.agents,
+                # The process's event hub: its open streams, per key (metrics, tests).
+                "event_hub": services.event_hub,
                 "settings": settings,
                 "clock": clock,
                 "console_auth": console.auth if console is not None else None,

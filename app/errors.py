@@ -152,6 +152,12 @@ class BadGateway(SwitchboardError):
     status, title, slug = 502, "Bad gateway", "bad-gateway"
 
 
+class TooManyStreams(RateLimited):
+    """The key already holds as many open event streams as it may (per replica)."""
+
+    title, slug = "Too many streams", "too-many-streams"
+
+
 class ServiceUnavailable(SwitchboardError):
     """A dependency (usually PostgreSQL) cannot be reached right now; retry later."""
 

@@ -303,6 +303,17 @@ SERVICE_PROBLEMS: dict[tuple[str, str], dict[int, str]] = {
     ("POST", "/v1/jobs/{name}/run"): {
         409: "Another replica took the run over before it finished (its record says how).",
     },
+    ("GET", "/v1/sessions/{session_id}/events"): {
+        400: "Last-Event-ID (or after) is not the id of an event this service sent.",
+        429: "This key already holds as many open event streams as it may "
+        "(SWITCHBOARD_STREAM_MAX_PER_KEY).",
+    },
+    ("GET", "/v1/events/stream"): {
+        400: "Last-Event-ID (or after) is not the id of an event this service sent, or "
+        "types names an unknown event type.",
+        429: "This key already holds as many open event streams as it may "
+        "(SWITCHBOARD_STREAM_MAX_PER_KEY).",
+    },
     ("POST", "/v1/sessions/{session_id}/restore"): {
         409: "The session is live: there is nothing to restore.",
     },

@@ -31,7 +31,9 @@ from app.coordination.tasks import COORDINATOR_KINDS, AgentTasks
 from app.db.pool import Database
 from app.db.presence import ReplicaPresence
 from app.erasure.service import ErasureService
+from app.events.hub import EventHub
 from app.events.service import EventService
+from app.events.streams import EventStreams
 from app.jobs.service import JobService
 from app.memories.branch_service import BranchMemoryService
 from app.memories.retention import MemoryRetention
@@ -129,6 +131,10 @@ class Services:
         self.agent_call = AgentCall(self.agents, self.breakers, self.agent_client, clock)
         self.tasks.register("agent_call", self.agent_call)
         self.events = EventService(database, clock, settings.scheduler, self.http, self.outbound)
+        # Event streams: one hub (one LISTEN connection) per process, started by the first
+        # stream; the streams it feeds.
+        self.event_hub = EventHub(database, settings.streams)
+        self.event_streams = EventStreams(database, self.event_hub, self.sessions, settings.streams)
         # The coordinator's agent calls are tasks (kinds message, handoff, pending_action):
         # one attempt each (agent_tasks), and, for a task whose caller stopped waiting,
         # its end applied to the session and announced (task_completion).

@@ -383,6 +383,34 @@ class TaskSettings(BaseSettings):
         return 1 + self.agent_max_retries.get(agent_name, self.max_retries)
 
 
+class StreamSettings(BaseSettings):
+    """Server-Sent Event streams of the outbox (app/events/hub.py, app/events/streams.py)."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="SWITCHBOARD_STREAM_", extra="ignore", env_ignore_empty=True
+    )
+
+    # A comment line is sent on a stream that has had nothing to send for this long, so
+    # proxies and clients do not take it for a dead connection.
+    keepalive_seconds: float = Field(default=15.0, gt=0, le=3600)
+    # Streams one key may hold open at once on one replica; one more is answered 429.
+    max_per_key: PositiveInt = 10
+    # Events waiting to be written to one stream. A client that reads so slowly that this
+    # many pile up is disconnected (it reconnects with Last-Event-ID and catches up from
+    # the table): memory per stream stays bounded.
+    queue_events: PositiveInt = 1000
+    # A stream ends after this long (0: never); EventSource reconnects by itself with
+    # Last-Event-ID, and the connection moves to whichever replica takes it.
+    max_seconds: float = Field(default=3600.0, ge=0)
+    # The reconnection delay sent to clients (the SSE retry field), in milliseconds.
+    retry_ms: NonNegativeInt = 2000
+    # Events read per query: catch-up pages, the hub's reads, the numbering's batches.
+    batch: PositiveInt = Field(default=500, le=10_000)
+    # Even without a NOTIFY (a lost LISTEN connection), the hub numbers and reads new
+    # events this often.
+    sync_seconds: float = Field(default=5.0, gt=0)
+
+
 class WebhookSettings(BaseSettings):
     """The /webhooks/n8n endpoints."""
 
@@ -510,6 +538,7 @@ class Settings(BaseSettings):
     scheduler: SchedulerSettings = Field(default_factory=SchedulerSettings)
     webhooks: WebhookSettings = Field(default_factory=WebhookSettings)
     tasks: TaskSettings = Field(default_factory=TaskSettings)
+    streams: StreamSettings = Field(default_factory=StreamSettings)
     outbound: OutboundSettings = Field(default_factory=OutboundSettings)
     console: ConsoleSettings = Field(default_factory=ConsoleSettings)
 
@@ -539,6 +568,7 @@ _GROUPS: tuple[type[BaseSettings], ...] = (
     CoordinationSettings,
     SchedulerSettings,
     TaskSettings,
+    StreamSettings,
     WebhookSettings,
     OutboundSettings,
 )

@@ -48,6 +48,7 @@ from app.db.migrate import upgrade  # noqa: E402
 from app.db.pool import Database  # noqa: E402
 from app.services import build_services  # noqa: E402
 from app.settings import DatabaseSettings, Settings  # noqa: E402
+from bench import event_streams  # noqa: E402
 from bench.serve import free_port, spawn  # noqa: E402
 from tests import dbutil  # noqa: E402
 
@@ -704,7 +705,7 @@ def main() -> None:
     parser.add_argument(
         "--only",
         action="append",
-        choices=["http", "database", "cpu", "cleanup", "growth"],
+        choices=["http", "database", "cpu", "cleanup", "growth", "streams"],
         help="run only this part (repeatable); printed, not written to bench/results",
     )
     parser.add_argument(
@@ -756,6 +757,11 @@ def main() -> None:
                 "cpu": lambda: asyncio.run(cpu_paths(url)),
                 "cleanup": lambda: asyncio.run(cleanup_at_scale(url, mode, sb, tmp, seed, key)),
                 "growth": lambda: asyncio.run(growth(url, mode, sb, tmp, key)),
+                # 1,000 SSE streams on one worker while session writes go on (its own
+                # server process: it needs the per-key stream limit raised).
+                "streams": lambda: event_streams.measure(
+                    url, 1000 if mode is FULL else 200, mode.window_s, 50
+                ),
             }
             result: dict[str, Any] = {
                 "started_at": started.isoformat(timespec="seconds"),

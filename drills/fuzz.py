@@ -89,6 +89,8 @@ def run(url: str, examples: int, phases: str = "examples,coverage,fuzzing") -> d
             "SWITCHBOARD_ADMIN_KEY": ADMIN,
             "SWITCHBOARD_RATE_LIMIT_PER_SECOND": "0",
             "SWITCHBOARD_LOG_LEVEL": "ERROR",
+            # An event stream never ends by itself; schemathesis reads each answer whole.
+            "SWITCHBOARD_STREAM_MAX_SECONDS": "0.05",
         },
     )
     base = f"http://127.0.0.1:{port}"

@@ -532,8 +532,21 @@ CREATE TABLE outbox_events (
     -- The statements that write events name neither: the transaction's traceparent is
     -- the default.
     traceparent text DEFAULT current_traceparent(),
-    trace_id text GENERATED ALWAYS AS (substr(traceparent, 4, 32)) STORED
+    trace_id text GENERATED ALWAYS AS (substr(traceparent, 4, 32)) STORED,
+    -- (revision 0024) The event's place in the event streams (the SSE id), in commit order:
+    -- NULL when written, given by outbox_sequence() once the event has committed.
+    position bigint
 );
+
+CREATE SEQUENCE outbox_events_position_seq;
+CREATE UNIQUE INDEX outbox_events_position_idx ON outbox_events (position)
+    WHERE position IS NOT NULL;
+-- outbox_sequence() finds the events still to number by this.
+CREATE INDEX outbox_events_unsequenced_idx ON outbox_events (created_at, event_id)
+    WHERE position IS NULL;
+-- A session's event stream catches up by this (the events whose payload names it).
+CREATE INDEX outbox_events_session_position_idx
+    ON outbox_events ((payload ->> 'session_id'), position) WHERE position IS NOT NULL;
 
 CREATE INDEX outbox_events_type_created_idx ON outbox_events (event_type, created_at DESC);
 -- Housekeeping purges old events oldest first.
@@ -1027,6 +1040,7 @@ BEGIN
     SELECT e.event_id, sub.subscription_id, e.created_at
     FROM written e
     JOIN subscriptions sub ON subscription_wants(sub, e.event_type);
+    PERFORM pg_notify('switchboard_outbox', '');
     RETURN NULL;
 END
 $$;
@@ -1035,6 +1049,73 @@ CREATE TRIGGER outbox_events_fan_out
     AFTER INSERT ON outbox_events
     REFERENCING NEW TABLE AS written
     FOR EACH STATEMENT EXECUTE FUNCTION outbox_fan_out();
+
+-- Event streams (revision 0024): an event's position is given after it committed, one
+-- numbering at a time (a transaction-level advisory lock), each numbering only committed
+-- events: positions then grow in the order readers can see them, and a stream that
+-- resumes after position N misses nothing and repeats nothing (an identity column would
+-- number in insert order, and an event numbered 6 could commit after one numbered 7 was
+-- read). The replicas that serve streams number on each NOTIFY switchboard_outbox
+-- (outbox_fan_out) and then read what is new: app/events/hub.py.
+CREATE FUNCTION outbox_sequence_lock() RETURNS bigint
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+    SELECT 1396852054::bigint  -- 'SBEV'
+$$;
+
+CREATE FUNCTION outbox_sequence(batch integer) RETURNS bigint
+    LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    numbered bigint;
+BEGIN
+    PERFORM pg_advisory_xact_lock(outbox_sequence_lock());
+    WITH due AS (
+        SELECT e.event_id FROM outbox_events e
+        WHERE e.position IS NULL
+        ORDER BY e.created_at, e.event_id
+        LIMIT batch
+    ), numbers AS (
+        SELECT due.event_id, nextval('outbox_events_position_seq') AS position FROM due
+    )
+    UPDATE outbox_events e SET position = numbers.position
+    FROM numbers
+    WHERE e.event_id = numbers.event_id AND e.position IS NULL;
+    GET DIAGNOSTICS numbered = ROW_COUNT;
+    RETURN numbered;
+END
+$$;
+
+-- session.version: every new version of a session is told (session.handoff for a
+-- handoff's, whose reason SessionService.handoff writes as 'handoff to <agent>: ...'),
+-- once per statement over the versions it wrote. Only a version the session is now at:
+-- a restore copies the archived history back (restore_session_versions), which is not
+-- news, except for its latest version (told again, with session.restored).
+CREATE FUNCTION session_version_told() RETURNS trigger
+    LANGUAGE plpgsql
+AS $$
+BEGIN
+    INSERT INTO outbox_events (event_type, payload, created_at)
+    SELECT CASE WHEN v.change_reason LIKE 'handoff to %' THEN 'session.handoff'
+                ELSE 'session.version' END,
+           jsonb_build_object('session_id', v.session_id, 'user_id', s.user_id,
+                              'version', v.version, 'status', v.status,
+                              'current_agent', v.current_agent,
+                              'progress_percentage', v.progress_percentage,
+                              'changed_by', v.changed_by, 'change_reason', v.change_reason,
+                              'merge_base', v.merge_base),
+           v.created_at
+    FROM written v
+    JOIN session_coordination s ON s.session_id = v.session_id AND s.version = v.version
+    ORDER BY v.session_id, v.version;
+    RETURN NULL;
+END
+$$;
+
+CREATE TRIGGER session_state_versions_told
+    AFTER INSERT ON session_state_versions
+    REFERENCING NEW TABLE AS written
+    FOR EACH STATEMENT EXECUTE FUNCTION session_version_told();
 
 
 -- ---------------------------------------------------------------------------------------
@@ -1248,7 +1329,8 @@ CREATE INDEX dead_letters_requeued_idx ON dead_letters (requeued_task_id)
 -- given up) is recorded; a lease renewal or a detach is not a transition (the trigger's
 -- WHEN leaves them out). AFTER, not BEFORE: the history row references the task row. A
 -- finished task, or one that waits for the user's input (revision 0023), is announced on
--- switchboard_task_finished (TaskService.wait listens).
+-- switchboard_task_finished (TaskService.wait listens). Every transition is also a
+-- task.transition event (revision 0024), for the event streams and subscribers.
 CREATE FUNCTION agent_task_transition() RETURNS trigger
     LANGUAGE plpgsql
 AS $$
@@ -1277,6 +1359,16 @@ BEGIN
     VALUES (NEW.task_id, CASE WHEN TG_OP = 'UPDATE' THEN OLD.status END, NEW.status,
             NEW.attempt, coalesce(NEW.status_actor, NEW.created_by), NEW.status_reason,
             NEW.scheduled_at);
+    INSERT INTO outbox_events (event_type, payload, created_at)
+    VALUES ('task.transition',
+            jsonb_build_object('task_id', NEW.task_id, 'session_id', NEW.session_id,
+                               'user_id', NEW.user_id, 'agent_name', NEW.agent_name,
+                               'kind', NEW.kind,
+                               'from_status', CASE WHEN TG_OP = 'UPDATE' THEN OLD.status END,
+                               'to_status', NEW.status, 'attempt', NEW.attempt,
+                               'actor', coalesce(NEW.status_actor, NEW.created_by),
+                               'reason', NEW.status_reason),
+            clock_timestamp());
     IF NEW.status IN ('completed', 'failed', 'canceled', 'rejected', 'input-required',
                       'auth-required') THEN
         PERFORM pg_notify('switchboard_task_finished', NEW.task_id::text);

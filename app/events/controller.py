@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 from uuid import UUID
 
-from litestar import Controller, delete, get, post
+from litestar import Controller, Request, delete, get, post
 from litestar.di import NamedDependency
-from litestar.params import FromPath, JSONBody, QueryParameter
+from litestar.params import FromPath, HeaderParameter, JSONBody, QueryParameter
 from litestar.status_codes import HTTP_200_OK, HTTP_201_CREATED, HTTP_204_NO_CONTENT
 
 from app.auth.guards import admin_only
+from app.auth.principal import Principal
 from app.common.pagination import DEFAULT_LIMIT, PageCursor, PageLimit
 from app.events.schemas import (
     EventDeliveryPage,
@@ -19,8 +20,28 @@ from app.events.schemas import (
     SubscriptionWithSecret,
 )
 from app.events.service import EventService
+from app.events.streams import EventStreamResponse, EventStreams, parse_cursor, parse_types
 
 Events = NamedDependency[EventService]
+Streams = NamedDependency[EventStreams]
+AnyRequest = Request[Principal, Any, Any]
+LastEventId = Annotated[
+    str | None,
+    HeaderParameter(
+        name="Last-Event-ID",
+        required=False,
+        description="Resume after this event (its id); EventSource sends it when it reconnects.",
+    ),
+]
+After = Annotated[
+    str | None,
+    QueryParameter(
+        description="Resume after this event id (for clients that cannot set Last-Event-ID); "
+        "the header wins when both are sent. Without either, the stream starts with the "
+        "events after the newest one.",
+        max_length=40,
+    ),
+]
 
 
 class SubscriptionController(Controller):
@@ -70,3 +91,51 @@ class EventController(Controller):
     async def redeliver(self, event_id: FromPath[UUID], events: Events) -> dict[str, int]:
         """Resets the event's deliveries to pending (attempts from zero)."""
         return {"deliveries": await events.redeliver(event_id)}
+
+    @get(
+        "/stream",
+        summary="Stream events (Server-Sent Events)",
+        media_type="text/event-stream",
+    )
+    async def stream(
+        self,
+        request: AnyRequest,
+        streams: Streams,
+        last_event_id: LastEventId,
+        after: After = None,
+        types: Annotated[
+            str | None,
+            QueryParameter(
+                description="Only these event types, separated by commas.", max_length=1000
+            ),
+        ] = None,
+    ) -> EventStreamResponse:
+        """Every event as it is committed, on any replica; ``id`` is the resumable cursor."""
+        cursor = parse_cursor(last_event_id, after)
+        stream = await streams.stream(request.user.name, parse_types(types), cursor)
+        return EventStreamResponse(stream)
+
+
+class SessionEventController(Controller):
+    """A session's events as Server-Sent Events (any key that may read the session)."""
+
+    path = "/v1/sessions/{session_id:uuid}/events"
+    tags = ["events"]
+
+    @get(
+        "/",
+        summary="Stream a session's events (Server-Sent Events)",
+        media_type="text/event-stream",
+    )
+    async def session_events(
+        self,
+        request: AnyRequest,
+        session_id: FromPath[UUID],
+        streams: Streams,
+        last_event_id: LastEventId,
+        after: After = None,
+    ) -> EventStreamResponse:
+        """The session's versions, handoffs, expiry warnings and its tasks' transitions."""
+        cursor = parse_cursor(last_event_id, after)
+        stream = await streams.session_stream(session_id, request.user.name, cursor)
+        return EventStreamResponse(stream)

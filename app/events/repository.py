@@ -7,7 +7,14 @@ from uuid import UUID
 
 from app.db.pool import Connection
 from app.db.queries import QUERIES
-from app.events.schemas import DueDelivery, EventDelivery, NewEvent, Subscription
+from app.events.frames import stream_event
+from app.events.schemas import (
+    DueDelivery,
+    EventDelivery,
+    NewEvent,
+    StreamEvent,
+    Subscription,
+)
 
 Q = QUERIES.events
 
@@ -87,3 +94,43 @@ async def insert_event(conn: Connection, event: NewEvent, now: datetime) -> UUID
     """Write one event to the outbox; its id."""
     event_id: UUID = await conn.fetchval(Q.insert_event, event.event_type, event.payload, now)
     return event_id
+
+
+# -- event streams ---------------------------------------------------------------------
+
+
+async def sequence_events(conn: Connection, batch: int) -> int:
+    """Number up to ``batch`` committed events that have no position yet; how many. Call
+    it in a transaction of its own: the numbering's turn lasts until that commits."""
+    return int(await conn.fetchval(Q.sequence_events, batch))
+
+
+async def last_position(conn: Connection) -> int:
+    """The newest numbered event's position (0: none yet)."""
+    return int(await conn.fetchval(Q.last_position))
+
+
+async def events_after(conn: Connection, position: int, limit: int) -> list[StreamEvent]:
+    """Numbered events after ``position``, oldest first."""
+    return [stream_event(dict(row)) for row in await conn.fetch(Q.events_after, position, limit)]
+
+
+async def events_of_types_after(
+    conn: Connection, types: list[str], position: int, limit: int
+) -> list[StreamEvent]:
+    """Numbered events of ``types`` after ``position``, oldest first."""
+    rows = await conn.fetch(Q.events_of_types_after, position, limit, types)
+    return [stream_event(dict(row)) for row in rows]
+
+
+async def session_events_after(
+    conn: Connection, session_id: UUID, position: int, limit: int
+) -> list[StreamEvent]:
+    """Numbered events naming ``session_id`` after ``position``, oldest first."""
+    rows = await conn.fetch(Q.session_events_after, position, limit, str(session_id))
+    return [stream_event(dict(row)) for row in rows]
+
+
+async def position_bound(conn: Connection) -> int:
+    """The highest position ever given out: a cursor past it was never sent."""
+    return int(await conn.fetchval(Q.position_bound))

@@ -21,6 +21,14 @@ EVENT_TYPES = (
     "task.failed",
     # A durable task failed for good (app/tasks/; written by agent_task_dead_lettered).
     "task.dead_lettered",
+    # (revision 0024) Every new version of a session (session_version_told in schema.sql);
+    # a handoff's version is session.handoff instead.
+    "session.version",
+    "session.handoff",
+    # Every transition of a durable task (agent_task_transition in schema.sql).
+    "task.transition",
+    # A circuit breaker changed state (save_breaker in coordination.sql).
+    "breaker.changed",
     # A session waits for a person (session_escalate: the next-step decision or a dead
     # letter) and a person resolved it (app/coordination/escalation.py).
     "session.escalated",
@@ -37,6 +45,10 @@ EventType = Literal[
     "task.completed",
     "task.failed",
     "task.dead_lettered",
+    "session.version",
+    "session.handoff",
+    "task.transition",
+    "breaker.changed",
     "session.escalated",
     "session.resolved",
 ]
@@ -118,3 +130,15 @@ class DueDelivery:
     created_at: datetime
     url: str
     secret: str
+
+
+@dataclass(frozen=True, slots=True)
+class StreamEvent:
+    """A numbered outbox event as the event streams send it: ``frame`` is its whole SSE
+    message, encoded once and shared by every stream that sends it."""
+
+    position: int
+    event_type: str
+    # The session the payload names, if any (what a session's stream selects by).
+    session_id: str | None
+    frame: bytes

@@ -65,8 +65,12 @@ SELECT agent_name, state, failure_count, opened_at, version, updated_by, updated
 FROM agent_breakers
 
 -- name: save_breaker
--- Publish a breaker's new state to the other replicas: stored and NOTIFYed together.
-WITH saved AS (
+-- Publish a breaker's new state to the other replicas: stored and NOTIFYed together. A
+-- change of state (not of the failure count alone) is also an event, breaker.changed
+-- (`before` reads the row as it was: every part of one statement sees the same snapshot).
+WITH before AS (
+    SELECT state FROM agent_breakers WHERE agent_name = $1
+), saved AS (
     INSERT INTO agent_breakers (agent_name, state, failure_count, opened_at, updated_by, updated_at)
     VALUES ($1, $2, $3, $4, $5, $6)
     ON CONFLICT (agent_name) DO UPDATE
@@ -74,6 +78,16 @@ WITH saved AS (
         opened_at = excluded.opened_at, updated_by = excluded.updated_by,
         updated_at = excluded.updated_at, version = agent_breakers.version + 1
     RETURNING agent_name, state, failure_count, opened_at, version, updated_by
+), told AS (
+    INSERT INTO outbox_events (event_type, payload, created_at)
+    SELECT 'breaker.changed',
+           jsonb_build_object('agent_name', saved.agent_name,
+                              'from_state', (SELECT state FROM before), 'state', saved.state,
+                              'failure_count', saved.failure_count, 'version', saved.version,
+                              'updated_by', saved.updated_by),
+           $6::timestamptz
+    FROM saved
+    WHERE saved.state IS DISTINCT FROM (SELECT state FROM before)
 )
 SELECT pg_notify('switchboard_breakers', json_build_object(
            'agent_name', agent_name, 'state', state, 'failure_count', failure_count,

@@ -80,3 +80,49 @@ SELECT count(*) FROM outbox_events_settled($1)
 -- session that no longer takes changes). $1 type, $2 payload, $3 now.
 INSERT INTO outbox_events (event_type, payload, created_at) VALUES ($1, $2, $3)
 RETURNING event_id
+
+-- Event streams (app/events/hub.py, app/events/streams.py). An event's position is its
+-- SSE id; events are numbered once committed (outbox_sequence() in schema.sql), so
+-- "position > N" resumes without loss or repetition.
+
+-- name: sequence_events
+-- Number up to $1 committed events that have no position yet; how many. Its own
+-- transaction: the numbering's turn (an advisory lock) lasts until it commits.
+SELECT outbox_sequence($1)
+
+-- name: last_position
+-- The newest numbered event's position (0: none); where a new hub starts.
+SELECT coalesce(max(position), 0) FROM outbox_events WHERE position IS NOT NULL
+
+-- name: events_after
+-- Every numbered event after position $1, oldest first, at most $2: what the hub fans out,
+-- and the admin stream's catch-up without a type filter.
+SELECT position, event_id, event_type, payload, created_at, trace_id
+FROM outbox_events
+WHERE position > $1
+ORDER BY position
+LIMIT $2
+
+-- name: events_of_types_after
+-- The admin stream's catch-up with ?types=: the events of types $3 after position $1. A
+-- query of its own rather than "$3 IS NULL OR ...": the plan walks the position index
+-- either way, and the filter stays out of the unfiltered one.
+SELECT position, event_id, event_type, payload, created_at, trace_id
+FROM outbox_events
+WHERE position > $1 AND event_type = ANY ($3::text[])
+ORDER BY position
+LIMIT $2
+
+-- name: session_events_after
+-- A session's stream catch-up: the events whose payload names session $3 (its versions,
+-- handoffs, expiry warnings, its tasks' transitions, ...) after position $1, by
+-- outbox_events_session_position_idx.
+SELECT position, event_id, event_type, payload, created_at, trace_id
+FROM outbox_events
+WHERE payload ->> 'session_id' = $3::text AND position > $1
+ORDER BY payload ->> 'session_id', position
+LIMIT $2
+
+-- name: position_bound
+-- The highest position ever given out (committed or not): no client can hold a larger one.
+SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM outbox_events_position_seq

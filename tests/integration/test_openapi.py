@@ -27,10 +27,11 @@ from litestar import Litestar
 from openapi_spec_validator import validate
 
 from app.asgi import create_app
+from app.auth.principal import ADMIN_NAME
 from app.auth.ratelimit import RateLimiter
-from app.errors import PROBLEM_JSON
+from app.errors import PROBLEM_JSON, TooManyStreams
 from app.openapi import SERVICE_PROBLEMS, derived_problems, document, operations
-from app.settings import DatabaseSettings, ServerSettings, Settings
+from app.settings import DatabaseSettings, ServerSettings, Settings, StreamSettings
 from app.webhooks.idempotency import request_hash
 from tests.conftest import ADMIN_KEY, LOOPBACK_ALLOWED, app_client, lifespan_of, same_app_client
 from tests.integration.helpers import create_session, create_user, if_match
@@ -320,11 +321,23 @@ async def test_404_for_a_path_that_names_nothing(client: httpx.AsyncClient) -> N
 
 
 @pytest.fixture
+def settings() -> Settings:
+    """The conftest's settings, with event streams that end at once: the recipes call every
+    operation in-process, where a stream's answer is read whole."""
+    return Settings(
+        database=DatabaseSettings(pool_min_size=1, pool_max_size=5),
+        outbound=LOOPBACK_ALLOWED,
+        streams=StreamSettings(max_seconds=0.001),
+    )
+
+
+@pytest.fixture
 def small_body_settings() -> Settings:
     return Settings(
         server=ServerSettings(max_body_bytes=1024),
         database=DatabaseSettings(pool_min_size=1, pool_max_size=5),
         outbound=LOOPBACK_ALLOWED,
+        streams=StreamSettings(max_seconds=0.001),
     )
 
 
@@ -826,6 +839,14 @@ PROVOKE: dict[tuple[str, str, int], Provocation] = {
     ("POST", "/v1/sessions/{session_id}/pending/next", 409): lambda p: _nothing_pending(p),
     ("POST", "/v1/sessions/{session_id}/resolve", 409): _resolve_active,
     ("POST", "/v1/jobs/{name}/run", 409): _run_taken_over,
+    ("GET", "/v1/sessions/{session_id}/events", 400): lambda p: _session_stream(
+        p, {"Last-Event-ID": "not-an-id"}
+    ),
+    ("GET", "/v1/sessions/{session_id}/events", 429): lambda p: _too_many_streams(
+        p, "/v1/sessions/{session_id}/events"
+    ),
+    ("GET", "/v1/events/stream", 400): lambda p: p.client.get("/v1/events/stream?types=x.y"),
+    ("GET", "/v1/events/stream", 429): lambda p: _too_many_streams(p, "/v1/events/stream"),
     ("POST", "/v1/sessions/{session_id}/restore", 409): lambda p: _restore_live(p),
     ("POST", "/v1/tasks", 404): lambda p: _post(
         p, "/v1/tasks", {"agent_name": "Nobody_Agent", "input": {}}
@@ -874,6 +895,30 @@ async def _nothing_pending(probe: Probe, headers: dict[str, str] | None = None) 
     return await probe.client.post(
         f"/v1/sessions/{session['session_id']}/pending/next", headers=headers
     )
+
+
+async def _session_stream(probe: Probe, headers: dict[str, str]) -> httpx.Response:
+    session = await create_session(probe.client)
+    return await probe.client.get(f"/v1/sessions/{session['session_id']}/events", headers=headers)
+
+
+async def _too_many_streams(probe: Probe, path: str) -> httpx.Response:
+    """Hold the key's every stream (their answers are read whole in-process), then ask."""
+    session = await create_session(probe.client)
+    url = path.replace("{session_id}", session["session_id"])
+    hub = probe.app.state.event_hub
+    held = 0
+    try:
+        while True:
+            try:
+                hub.open_stream(ADMIN_NAME)
+            except TooManyStreams:
+                break
+            held += 1
+        return await probe.client.get(url)
+    finally:
+        for _ in range(held):
+            hub.close_stream(ADMIN_NAME)
 
 
 async def _restore_live(probe: Probe) -> httpx.Response:

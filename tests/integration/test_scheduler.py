@@ -30,6 +30,22 @@ from tests.agent_server import AgentServer
 from tests.conftest import LOOPBACK_ALLOWED
 from tests.integration.helpers import assert_problem, create_session, create_user, if_match
 
+# What the sweeps told: every version and task transition is an event too (for the event
+# streams), and these tests do not count those.
+SWEEP_EVENTS = (
+    "SELECT event_type, payload FROM outbox_events"
+    " WHERE event_type NOT IN ('session.version', 'task.transition')"
+)
+SWEEP_EVENT_TYPES = (
+    "SELECT event_type FROM outbox_events"
+    " WHERE event_type NOT IN ('session.version', 'task.transition')"
+    " ORDER BY created_at, event_id"
+)
+SWEEP_EVENT_COUNT = (
+    "SELECT count(*) AS n FROM outbox_events"
+    " WHERE event_type NOT IN ('session.version', 'task.transition')"
+)
+
 
 @pytest.fixture
 def clock(frozen_clock: FrozenClock) -> Clock:
@@ -165,7 +181,7 @@ async def test_expired_sessions_are_archived_and_restorable_within_the_window(
     assert await status_of(client, doomed["session_id"]) == "gone"
     for survivor in (working, kept, fresh):
         assert await status_of(client, survivor["session_id"]) != "gone"
-    events = await rows(database_url, "SELECT event_type, payload FROM outbox_events")
+    events = await rows(database_url, SWEEP_EVENTS)
     assert [(e["event_type"]) for e in events] == ["session.expired"]
     # Whom to tell: every session event names the user.
     assert orjson.loads(events[0]["payload"])["user_id"] == user
@@ -180,12 +196,7 @@ async def test_expired_sessions_are_archived_and_restorable_within_the_window(
     history = (await client.get(f"/v1/sessions/{doomed['session_id']}/versions")).json()["items"]
     assert [v["version"] for v in history] == [2, 1]
     assert_problem(await client.post(f"/v1/sessions/{doomed['session_id']}/restore"), 409)
-    types = [
-        e["event_type"]
-        for e in await rows(
-            database_url, "SELECT event_type FROM outbox_events ORDER BY created_at, event_id"
-        )
-    ]
+    types = [e["event_type"] for e in await rows(database_url, SWEEP_EVENT_TYPES)]
     assert types == ["session.expired", "session.restored"]
 
 
@@ -244,7 +255,7 @@ async def test_a_completed_session_waits_for_archival_not_for_expiry(
     assert run.details == {"sessions_archived": 1}
     archived = await rows(database_url, "SELECT reason FROM session_archive")
     assert [a["reason"] for a in archived] == ["completed"]
-    events = await rows(database_url, "SELECT event_type, payload FROM outbox_events")
+    events = await rows(database_url, SWEEP_EVENTS)
     assert [e["event_type"] for e in events] == ["session.archived"]
     assert orjson.loads(events[0]["payload"])["user_id"] == done["user_id"]
 
@@ -557,7 +568,7 @@ async def test_expiry_warning_is_sent_once(
     first = await make_replica().run_now("expiry_warning", dry_run=False)
     second = await make_replica().run_now("expiry_warning", dry_run=False)
     assert (first.rows_affected, second.rows_affected) == (1, 0)
-    events = await rows(database_url, "SELECT event_type, payload FROM outbox_events")
+    events = await rows(database_url, SWEEP_EVENTS)
     assert [e["event_type"] for e in events] == ["session.expiring"]
     assert soon["session_id"] in events[0]["payload"]
     assert later["session_id"] not in events[0]["payload"]
@@ -655,7 +666,7 @@ async def test_a_crash_between_batches_loses_nothing(
     assert sorted(str(r["session_id"]) for r in archived) == sorted(
         s["session_id"] for s in sessions
     )
-    events = await rows(database_url, "SELECT count(*) AS n FROM outbox_events")
+    events = await rows(database_url, SWEEP_EVENT_COUNT)
     assert events[0]["n"] == 5  # one session.expired each, none duplicated
 
 

@@ -206,6 +206,8 @@ async def test_upgrade_head_builds_exactly_schema_sql(server_url: str) -> None:
         "memory_visible",
         "outbox_events_settled",
         "outbox_fan_out",
+        "outbox_sequence",
+        "outbox_sequence_lock",
         "replica_is_present",
         "replica_lock_space",
         "session_archivable",
@@ -222,6 +224,7 @@ async def test_upgrade_head_builds_exactly_schema_sql(server_url: str) -> None:
         "session_open",
         "session_running",
         "session_version",
+        "session_version_told",
         "subscription_wants",
         "uuid_generate_v7",
     ]
@@ -230,6 +233,7 @@ async def test_upgrade_head_builds_exactly_schema_sql(server_url: str) -> None:
         ("agent_tasks", "agent_tasks_queued"),
         ("agent_tasks", "agent_tasks_transition"),
         ("outbox_events", "outbox_events_fan_out"),
+        ("session_state_versions", "session_state_versions_told"),
     ]
     assert_same_schema(from_migrations, from_schema_sql, "migrations", "schema.sql")
 

@@ -1,0 +1,195 @@
+"""One process's fan-out of new outbox events to the streams it holds.
+
+A process that serves streams LISTENs on ``switchboard_outbox`` with one connection of
+its own (``app/db/listener.py``), however many streams it holds. Every NOTIFY (and every
+``sync_seconds``, in case one was lost) wakes one pump: it numbers the events committed
+since (``outbox_sequence()``: whichever replica numbers first, the others find nothing
+left), reads every numbered event after the last one it read, and offers each to the
+streams that want it. An event made on another replica reaches the streams here the same
+way: through the table and the NOTIFY.
+
+Each stream has a bounded queue. A stream whose queue is full (its client reads too
+slowly) is evicted: it gets nothing more, its response is ended, and the client resumes
+with ``Last-Event-ID`` from the table. Memory per stream is bounded by the queue.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import Counter, deque
+from collections.abc import Callable
+
+from app.common.background import stop_loop
+from app.db.listener import Listener
+from app.db.pool import Database
+from app.errors import TooManyStreams
+from app.events import repository as repo
+from app.events.schemas import StreamEvent
+from app.settings import StreamSettings
+
+logger = logging.getLogger("switchboard.events.hub")
+
+CHANNEL = "switchboard_outbox"
+
+
+class Subscriber:
+    """One stream's place in the hub: what it wants, and the events waiting for it."""
+
+    def __init__(self, wants: Callable[[StreamEvent], bool], capacity: int) -> None:
+        self._wants = wants
+        self._capacity = capacity
+        self.queue: deque[StreamEvent] = deque()
+        self.ready = asyncio.Event()
+        # Set once the queue overflowed: the stream must end (the client resumes).
+        self.evicted = asyncio.Event()
+
+    def offer(self, event: StreamEvent) -> bool:
+        """Queue ``event`` if wanted; False once the queue is full (evicted)."""
+        if self.evicted.is_set():
+            return False
+        if not self._wants(event):
+            return True
+        if len(self.queue) >= self._capacity:
+            self.queue.clear()
+            self.evicted.set()
+            self.ready.set()
+            return False
+        self.queue.append(event)
+        self.ready.set()
+        return True
+
+
+class EventHub:
+    """The process's LISTEN connection and pump, the streams it feeds, and the per-key
+    count of open streams."""
+
+    def __init__(self, database: Database, settings: StreamSettings) -> None:
+        self._db = database
+        self._settings = settings
+        self._subscribers: set[Subscriber] = set()
+        self._open: Counter[str] = Counter()
+        self._last = 0  # the position of the last event offered
+        self._wake = asyncio.Event()
+        self._stopping = asyncio.Event()
+        self._pump_task: asyncio.Task[None] | None = None
+        self._start_lock = asyncio.Lock()
+        self._listener = Listener(
+            database.url,
+            CHANNEL,
+            lambda _payload: self._wake.set(),
+            catch_up=self._catch_up,
+            interval=settings.sync_seconds,
+        )
+        self.evictions = 0
+
+    @property
+    def started(self) -> bool:
+        """True once the pump runs (the first stream started it)."""
+        return self._pump_task is not None
+
+    @property
+    def streams(self) -> int:
+        """Streams open in this process."""
+        return len(self._subscribers)
+
+    async def start(self) -> None:
+        """Start listening and pumping, once; the first stream of the process calls it.
+        The last position is read before any stream subscribes: an event after it is
+        offered, one up to it is in the table for the stream's catch-up."""
+        async with self._start_lock:
+            if self._pump_task is not None:
+                return
+            async with self._db.connection() as conn:
+                self._last = await repo.last_position(conn)
+            self._stopping.clear()
+            self._pump_task = asyncio.create_task(self._pump(), name="event-hub")
+            await self._listener.start()
+            self._wake.set()  # number what was written while nobody listened
+
+    async def stop(self) -> None:
+        """Stop listening and pumping; open streams end."""
+        await self._listener.stop()
+        if self._pump_task is not None:
+            self._wake.set()
+            await stop_loop(self._pump_task, self._stopping)
+            self._pump_task = None
+        for subscriber in list(self._subscribers):
+            subscriber.evicted.set()
+            subscriber.ready.set()
+
+    def open_stream(self, key: str) -> None:
+        """Count a stream of ``key`` (429 past the per-key limit); ``close_stream`` ends it."""
+        if self._open[key] >= self._settings.max_per_key:
+            raise TooManyStreams(
+                f"This key already holds {self._open[key]} open event streams here "
+                f"(the limit is {self._settings.max_per_key}); close one first.",
+                retry_after=max(1, round(self._settings.keepalive_seconds)),
+            )
+        self._open[key] += 1
+
+    def close_stream(self, key: str) -> None:
+        """A stream of ``key`` ended."""
+        self._open[key] -= 1
+        if self._open[key] <= 0:
+            del self._open[key]
+
+    def subscribe(self, wants: Callable[[StreamEvent], bool]) -> Subscriber:
+        """A new stream's queue; events after the hub's last position are offered to it."""
+        subscriber = Subscriber(wants, self._settings.queue_events)
+        self._subscribers.add(subscriber)
+        return subscriber
+
+    def unsubscribe(self, subscriber: Subscriber) -> None:
+        """The stream ended: nothing more is queued for it."""
+        self._subscribers.discard(subscriber)
+        subscriber.queue.clear()
+
+    async def _catch_up(self) -> None:
+        self._wake.set()
+
+    async def _pump(self) -> None:
+        while not self._stopping.is_set():
+            await self._wake.wait()
+            self._wake.clear()
+            if self._stopping.is_set():
+                return
+            try:
+                await self._advance()
+            except Exception:
+                # The database is away: the listener's next catch-up wakes the pump again.
+                logger.warning("the event hub could not read new events", exc_info=True)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._stopping.wait(), timeout=1)
+                self._wake.set()
+
+    async def number_committed(self) -> None:
+        """Give every committed event its position (whichever replica's turn comes first
+        numbers it; the others find nothing left)."""
+        batch = self._settings.batch
+        while True:
+            async with self._db.transaction() as conn:
+                numbered = await repo.sequence_events(conn, batch)
+            if numbered < batch:
+                return
+
+    async def _advance(self) -> None:
+        """Number what committed since, then offer every numbered event after the last."""
+        batch = self._settings.batch
+        await self.number_committed()
+        while True:
+            async with self._db.connection() as conn:
+                events = await repo.events_after(conn, self._last, batch)
+            for event in events:
+                self._offer(event)
+                self._last = event.position
+            if len(events) < batch:
+                return
+
+    def _offer(self, event: StreamEvent) -> None:
+        for subscriber in list(self._subscribers):
+            if not subscriber.offer(event):
+                self._subscribers.discard(subscriber)
+                self.evictions += 1
+                logger.info("an event stream read too slowly and was disconnected")
