@@ -450,7 +450,7 @@ CREATE TABLE coordination_decisions (
     -- inputs (the event, the counters read from the log, the limits), so that it can be
     -- replayed and explained (app/coordination/next_step.py).
     next_step jsonb,
-    -- The branch the turn was written to (revision 0024), NULL for the session itself;
+    -- The branch the turn was written to (revision 0025), NULL for the session itself;
     -- session_version is then the branch's version. No foreign key: the decision outlives
     -- the branch.
     branch text

@@ -384,7 +384,7 @@ def test_a_stored_decision_is_the_record_with_what_the_database_gave_it() -> Non
     assert isinstance(stored, DecisionRecord)
     assert list(msgspec.to_builtins(stored))[:3] == ["decision_id", "session_id", "session_version"]
     # In the table's order: trace_id (revision 0016), task_id (revision 0021), next_step
-    # (revision 0022), then branch (revision 0024) came last.
+    # (revision 0022), then branch (revision 0025) came last.
     assert list(msgspec.to_builtins(stored))[-5:] == [
         "created_at",
         "trace_id",

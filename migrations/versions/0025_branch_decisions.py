@@ -6,8 +6,8 @@ branch, and its decision, kept with the session's, names the branch; its session
 is then the branch's version. NULL: the session itself (main). No foreign key: a decision
 is the record of what was decided and outlives its branch (deleted, expired, merged).
 
-Revision ID: 0024
-Revises: 0023
+Revision ID: 0025
+Revises: 0024
 Create Date: 2026-11-24
 """
 
@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from migrations.sqlscript import run_sql
 
-revision = "0024"
-down_revision = "0023"
+revision = "0025"
+down_revision = "0024"
 branch_labels = None
 depends_on = None
 
