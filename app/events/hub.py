@@ -44,6 +44,13 @@ class Subscriber:
         self.ready = asyncio.Event()
         # Set once the queue overflowed: the stream must end (the client resumes).
         self.evicted = asyncio.Event()
+        # Set when the server stops: the stream sends what is queued, then ends cleanly.
+        self.finished = False
+
+    def finish(self) -> None:
+        """End the stream once its queue is sent (the server is stopping)."""
+        self.finished = True
+        self.ready.set()
 
     def offer(self, event: StreamEvent) -> bool:
         """Queue ``event`` if wanted; False once the queue is full (evicted)."""
@@ -75,6 +82,8 @@ class EventHub:
         self._stopping = asyncio.Event()
         self._pump_task: asyncio.Task[None] | None = None
         self._start_lock = asyncio.Lock()
+        # Set by ``end_streams``: the server stops, every stream (even a new one) ends.
+        self._ending = False
         self._listener = Listener(
             database.url,
             CHANNEL,
@@ -119,6 +128,15 @@ class EventHub:
             subscriber.evicted.set()
             subscriber.ready.set()
 
+    def end_streams(self) -> None:
+        """The server is stopping: every open stream sends what is queued and ends, and a
+        stream opened from now on ends after its catch-up. uvicorn waits for open
+        connections before the app's shutdown runs (and ``stop`` with it): a stream left
+        open would hold the process for up to ``max_seconds``."""
+        self._ending = True
+        for subscriber in list(self._subscribers):
+            subscriber.finish()
+
     def open_stream(self, key: str) -> None:
         """Count a stream of ``key`` (429 past the per-key limit); ``close_stream`` ends it."""
         if self._open[key] >= self._settings.max_per_key:
@@ -138,6 +156,8 @@ class EventHub:
     def subscribe(self, wants: Callable[[StreamEvent], bool]) -> Subscriber:
         """A new stream's queue; events after the hub's last position are offered to it."""
         subscriber = Subscriber(wants, self._settings.queue_events)
+        if self._ending:
+            subscriber.finish()
         self._subscribers.add(subscriber)
         return subscriber
 

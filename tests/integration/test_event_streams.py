@@ -337,3 +337,50 @@ async def test_who_may_open_which_stream(a: httpx.AsyncClient, replicas: Replica
     assert_problem(await a.get(path, headers={"Last-Event-ID": str(2**62)}), 400)  # never sent
     assert_problem(await a.get("/v1/events/stream?types=session.nope"), 400)
     assert_problem(await a.get("/v1/events/stream?types=,"), 400)
+
+
+async def test_sigterm_ends_open_streams_and_the_server_stops(
+    server_url: str, template_database: str
+) -> None:
+    """A replica told to stop (SIGTERM) ends its open streams cleanly (what was queued, then
+    the end of the response) and exits: uvicorn waits for open connections before the
+    app's shutdown, so a stream left open held the process for up to
+    SWITCHBOARD_STREAM_MAX_SECONDS."""
+    name = dbutil.unique_name("sbtest_streams_stop")
+    await dbutil.create_database(server_url, name, template=template_database)
+    url = dbutil.with_database(server_url, name)
+    port = free_port()
+    env = {
+        "SWITCHBOARD_DATABASE_URL": url,
+        "SWITCHBOARD_ADMIN_KEY": ADMIN_KEY,
+        "SWITCHBOARD_STREAM_KEEPALIVE_SECONDS": "1",
+    }
+    process = await asyncio.to_thread(spawn, "switchboard", port, env)
+    try:
+        base = f"http://127.0.0.1:{port}"
+        async with httpx.AsyncClient(base_url=base, headers=ADMIN, timeout=10) as client:
+            session = await create_session(client)
+            response, stream = await open_stream(
+                client, f"/v1/sessions/{session['session_id']}/events"
+            )
+            admin_response, admin = await open_stream(client, "/v1/events/stream")
+            try:
+                await patch(client, session, 1)
+                assert (await stream.next_event()).data["payload"]["version"] == 2
+                await admin.next_event()
+                process.terminate()
+                # Both streams end, cleanly (no error): the client reconnects elsewhere.
+                with pytest.raises(EOFError):
+                    await stream.next_event(within=10)
+                with pytest.raises(EOFError):
+                    await admin.next_event(within=10)
+            finally:
+                await response.aclose()
+                await admin_response.aclose()
+        code = await asyncio.to_thread(process.wait, 15)
+        assert code is not None
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        await dbutil.drop_database(server_url, name)
