@@ -201,11 +201,16 @@ WITH resolved AS (
 SELECT r.*, d.decision_id FROM resolved r, decided d
 
 -- name: latest_escalation
--- The decision that escalated the session last (what a resolution ends).
-SELECT decision_id, message, response -> 'output_data' AS context, created_at
-FROM coordination_decisions
-WHERE session_id = $1 AND outcome = 'escalated'
-ORDER BY created_at DESC, decision_id DESC
+-- The decision that escalated the session last (what a resolution ends), if it came after
+-- the last resolution: a session escalated again without one (a client's PATCH of its
+-- status) ends no escalation decision, not the one a person resolved before.
+SELECT e.decision_id, e.message, e.response -> 'output_data' AS context, e.created_at
+FROM coordination_decisions e
+WHERE e.session_id = $1 AND e.outcome = 'escalated'
+  AND NOT EXISTS (SELECT 1 FROM coordination_decisions r
+                  WHERE r.session_id = $1 AND r.outcome = 'resolved'
+                    AND (r.created_at, r.decision_id) > (e.created_at, e.decision_id))
+ORDER BY e.created_at DESC, e.decision_id DESC
 LIMIT 1
 
 -- name: escalate_session

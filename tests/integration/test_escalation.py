@@ -434,3 +434,33 @@ async def test_a_session_without_progress_for_too_long_escalates(
     assert late["next_step"]["inputs"]["counters"]["seconds_without_progress"] >= 2
     assert late["next_step"]["rule"] == "stalled"
     assert late["session_status"] == "escalated"
+
+
+@pytest.mark.parametrize("limits", [{"max_consecutive_fallbacks": 1, "max_step_retries": 100}])
+async def test_a_resolution_names_only_the_escalation_it_ends(
+    client: httpx.AsyncClient, limits: dict[str, Any]
+) -> None:
+    """A session escalated again without an escalation decision (a client's PATCH of the
+    status) is resolved with no escalation named: the one a person resolved before is
+    over, and naming it again told subscribers and the log the wrong story."""
+    session = await create_session(client)
+    sid = session["session_id"]
+    await send(client, sid, QUESTION)
+    assert (await send(client, sid, QUESTION)).json()["session_status"] == "escalated"
+    [escalation] = [d for d in await decisions(client, sid) if d["outcome"] == "escalated"]
+    first = await client.post(f"/v1/sessions/{sid}/resolve", json={"note": "first"})
+    assert first.status_code == 200, first.text
+    assert first.json()["escalation_decision_id"] == escalation["decision_id"]
+
+    version = (await status_of(client, sid))["version"]
+    patched = await client.patch(
+        f"/v1/sessions/{sid}", json={"status": "escalated", "base_version": version}
+    )
+    assert patched.status_code == 200, patched.text
+    second = await client.post(f"/v1/sessions/{sid}/resolve", json={"note": "second"})
+    assert second.status_code == 200, second.text
+    body = second.json()
+    assert (body["escalation_decision_id"], body["escalation_reason"]) == (None, None)
+    resolution = (await decisions(client, sid))[-1]
+    assert (resolution["outcome"], resolution["message"]) == ("resolved", "second")
+    assert resolution["response"]["output_data"] == {}
