@@ -155,6 +155,10 @@ SELECT
           AND v.change_reason LIKE 'handoff to %'))::integer AS handoffs,
     greatest(0, floor(extract(epoch FROM $4::timestamptz - (SELECT at FROM progressed))))::integer
         AS seconds_without_progress,
+    -- The latest resolution counted from (NULL: none): an escalation decided with these
+    -- counters is acted on only if no resolution came since (escalate_session).
+    (SELECT max(created_at) FROM coordination_decisions
+     WHERE session_id = $1 AND outcome = 'resolved') AS resolved_at,
     (SELECT coalesce(array_agg(e.error ORDER BY e.created_at DESC), ARRAY[]::text[])
      FROM (SELECT error, created_at FROM turns WHERE error IS NOT NULL
            ORDER BY created_at DESC LIMIT 5) e) AS last_errors
@@ -215,5 +219,13 @@ LIMIT 1
 
 -- name: escalate_session
 -- session_escalate in schema.sql: $1 session, $2 actor, $3 why, $4 context, $5 the
--- next-step decision, $6 now, $7 trace, $8 task. The decision's id, or NULL.
+-- next-step decision, $6 now, $7 trace, $8 task. The decision's id, or NULL (no row):
+-- also when a person resolved the session after $9, the latest resolution the decision's
+-- counters were read from (NULL: none), since that resolution started the counters again.
+-- Run with the session row locked (lock_session): a resolution has committed (and is seen
+-- here) or waits.
 SELECT session_escalate($1, $2, $3, $4, $5, $6, $7, $8)
+WHERE NOT EXISTS (
+    SELECT 1 FROM coordination_decisions
+    WHERE session_id = $1 AND outcome = 'resolved'
+      AND created_at > coalesce($9::timestamptz, '-infinity'::timestamptz))
