@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
 from collections import Counter, deque
 from collections.abc import Callable
@@ -113,7 +114,11 @@ class EventHub:
             async with self._db.connection() as conn:
                 self._last = await repo.last_position(conn)
             self._stopping.clear()
-            self._pump_task = asyncio.create_task(self._pump(), name="event-hub")
+            # A context of its own: started from the first stream's request, the pump must
+            # not run (and trace every query it makes) inside that request's trace for ever.
+            self._pump_task = asyncio.create_task(
+                self._pump(), name="event-hub", context=contextvars.Context()
+            )
             await self._listener.start()
             self._wake.set()  # number what was written while nobody listened
 
