@@ -287,6 +287,9 @@ SERVICE_PROBLEMS: dict[tuple[str, str], dict[int, str]] = {
             "messages until resolved (session_status, resolve_url)."
         )
     },
+    ("POST", "/v1/sessions/{session_id}/branches/{name}/messages"): {
+        409: f"The branch was merged (branch_state), {_CLOSED}",
+    },
     ("POST", "/v1/sessions/{session_id}/pending/next"): {
         400: "The Prefer header is longer than 1,024 characters.",
         409: (

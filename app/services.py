@@ -26,6 +26,7 @@ from app.coordination.dispatch import AgentClient
 from app.coordination.escalation import EscalationService
 from app.coordination.rules import RulesService
 from app.coordination.service import CoordinationService
+from app.coordination.target import TurnTargets
 from app.coordination.tasks import COORDINATOR_KINDS, AgentTasks
 from app.db.pool import Database
 from app.db.presence import ReplicaPresence
@@ -142,11 +143,19 @@ class Services:
         self.escalation = EscalationService(
             database, clock, settings.coordination, settings.sessions
         )
+        # Where a turn is read and written: the session itself or one of its branches.
+        self.turn_targets = TurnTargets(
+            database,
+            self.sessions,
+            self.memories,
+            self.branches,
+            self.branch_memories,
+            settings.coordination.branch_context_memories,
+        )
         self.task_completion = TaskCompletion(
             database,
             clock,
-            self.sessions,
-            self.memories,
+            self.turn_targets,
             self.breakers,
             self.events,
             self.rules,
@@ -159,7 +168,7 @@ class Services:
             clock,
             settings.coordination,
             self.sessions,
-            self.memories,
+            self.turn_targets,
             self.rules,
             self.breakers,
             self.agent_client,

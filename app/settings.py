@@ -250,6 +250,10 @@ class CoordinationSettings(BaseSettings):
         env_prefix="SWITCHBOARD_COORDINATION_", extra="ignore", env_ignore_empty=True
     )
 
+    # How many memories an agent's request shows on a branch (POST
+    # .../branches/{branch}/messages): the newest the agent may read as the branch sees
+    # them, its own values over main's (0: none).
+    branch_context_memories: int = Field(default=50, ge=0, le=1000)
     # Ask the user instead of guessing when the top two conflicting intents score closer
     # than this (0: never ask).
     clarification_margin: int = Field(default=10, ge=0, le=100)

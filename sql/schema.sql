@@ -449,7 +449,11 @@ CREATE TABLE coordination_decisions (
     -- The next-step decision made after this one (revision 0022): outcome, rule, and its
     -- inputs (the event, the counters read from the log, the limits), so that it can be
     -- replayed and explained (app/coordination/next_step.py).
-    next_step jsonb
+    next_step jsonb,
+    -- The branch the turn was written to (revision 0025), NULL for the session itself;
+    -- session_version is then the branch's version. No foreign key: the decision outlives
+    -- the branch.
+    branch text
 );
 
 CREATE INDEX coordination_decisions_session_idx

@@ -35,10 +35,12 @@ from app.coordination.schemas import (
     AgentInput,
     AgentRequest,
     AgentResponse,
+    BranchAgentContext,
     ClassifierContext,
     ClassifierInput,
 )
 from app.errors import MalformedJson, TooDeeplyNested, ValidationFailed
+from app.memories.schemas import BranchMemory
 from app.outbound.a2a import A2AClient, A2AFailure, A2AInterface
 from app.outbound.policy import OutboundRefused
 from app.sessions.schemas import Session
@@ -308,9 +310,24 @@ def agent_request(
     secondaries: Sequence[DetectedIntent],
     context_flags: list[str],
     request_id: str,
+    branch: str | None = None,
+    memories: Sequence[BranchMemory] = (),
 ) -> AgentRequest:
     """What ``agent`` is sent to handle ``intent`` of a message: the intent and its clause,
-    the other intents found, and the session as the API shows it."""
+    the other intents found, and the session as the API shows it; on a ``branch``, the
+    branch's content, its name and the ``memories`` the agent sees on it."""
+    shown = (
+        session.session_type,
+        session.session_state,
+        session.current_agent,
+        session.progress_percentage,
+        context_flags,
+    )
+    context = (
+        AgentContext(*shown)
+        if branch is None
+        else BranchAgentContext(*shown, branch=branch, memories=list(memories))
+    )
     return AgentRequest(
         agent_name=agent.name,
         request_id=request_id,
@@ -322,13 +339,7 @@ def agent_request(
             clause=intent.clause,
             secondary_intents=[i.intent for i in secondaries],
         ),
-        context=AgentContext(
-            session_type=session.session_type,
-            session_state=session.session_state,
-            current_agent=session.current_agent,
-            progress_percentage=session.progress_percentage,
-            context_flags=context_flags,
-        ),
+        context=context,
         priority=intent.score,
         timeout_ms=agent.timeout_ms,
     )

@@ -10,8 +10,9 @@ where a failed orchestrator passes a request), ``dispatch`` (calling an agent),
 session turn and the answer, made of what happened), ``turn`` (the session update),
 ``pending`` (the queue), ``prefer`` (the wait budget), ``tasks`` (an agent step as a task,
 and the wait), ``completion`` (a task's late answer, applied to the session), ``next_step``
-(what the session does next, by rules as data) and ``escalation`` (the next step's
-counters, manual intervention and its resolution).
+(what the session does next, by rules as data), ``escalation`` (the next step's
+counters, manual intervention and its resolution) and ``target`` (where a turn is read
+and written: the session itself or one of its branches).
 """
 
 from __future__ import annotations
@@ -50,7 +51,6 @@ from app.coordination.intents import (
     prioritize,
     with_agent_availability,
 )
-from app.coordination.memory_updates import apply_memory_updates
 from app.coordination.outcome import (
     AgentStep,
     TurnOutcome,
@@ -80,6 +80,7 @@ from app.coordination.schemas import (
     MessageRequest,
     MessageResult,
 )
+from app.coordination.target import TurnTarget, TurnTargets
 from app.coordination.tasks import (
     AgentTasks,
     TaskTurn,
@@ -93,7 +94,6 @@ from app.coordination.turn import Turn, apply_turn
 from app.db.pool import Database
 from app.errors import Conflict
 from app.memories.schemas import Memory
-from app.memories.service import MemoryService
 from app.sessions.schemas import PendingAction, Session, SessionContent
 from app.sessions.service import SessionService, require_open
 from app.sessions.state import content_of, evolve
@@ -110,6 +110,8 @@ PROFILE_READ_LIMIT = 50
 class _Message:
     """One message (or queued action) being coordinated: what each step of it reads."""
 
+    # Where the turn is written: the session itself or a branch (``session`` shows it).
+    target: TurnTarget
     session: Session
     text: str
     flags: list[str]
@@ -141,7 +143,7 @@ class CoordinationService:
         clock: Clock,
         settings: CoordinationSettings,
         sessions: SessionService,
-        memories: MemoryService,
+        targets: TurnTargets,
         rules: RulesService,
         breakers: BreakerRegistry,
         agents: AgentClient,
@@ -152,7 +154,7 @@ class CoordinationService:
         self._clock = clock
         self._settings = settings
         self._sessions = sessions
-        self._memories = memories
+        self._targets = targets
         self._rules = rules
         self._breakers = breakers
         self._agents = agents
@@ -207,13 +209,18 @@ class CoordinationService:
         data: MessageRequest,
         principal: Principal,
         budget: WaitBudget | None = None,
+        branch: str | None = None,
     ) -> MessageResult | MessageAccepted:
         """Coordinate one user message end to end, waiting for its agent's task up to
         ``budget`` (default: the configured wait); MessageAccepted when the budget says
-        respond-async and the task still works."""
-        session = await self._open_session(session_id)
+        respond-async and the task still works. On ``branch``: read from and written to
+        that branch of the session (404 unknown, 409 merged), main untouched."""
+        target = self._targets.of(session_id, branch)
+        session = await target.document()
+        refuse_if_escalated(session)  # it waits for a person: nothing is processed
+        flags = set(data.context_flags)
         return await self._coordinate(
-            session, data.text, set(data.context_flags), principal, None, budget or self.budget()
+            target, session, data.text, flags, principal, None, budget or self.budget()
         )
 
     async def next_pending(
@@ -242,8 +249,9 @@ class CoordinationService:
         )
         action = claimed[0]
         text = action.description or action.type
+        target = self._targets.of(session_id)
         return await self._coordinate(
-            session, text, set(), principal, action, budget or self.budget()
+            target, session, text, set(), principal, action, budget or self.budget()
         )
 
     async def list_decisions(
@@ -262,6 +270,7 @@ class CoordinationService:
 
     async def _coordinate(
         self,
+        target: TurnTarget,
         session: Session,
         text: str,
         caller_flags: set[str],
@@ -271,7 +280,7 @@ class CoordinationService:
     ) -> MessageResult | MessageAccepted:
         """Classify and rank (or take the claimed action), route, run the agent's task
         and wait for it (or answer with its fallback), then write the session change and
-        its decision with one statement."""
+        its decision with one statement (to ``target``: the session or a branch)."""
         started = time.monotonic()
         content_of(session)  # a session that cannot be written is refused before any work
         loaded, agents = await self._load()
@@ -295,6 +304,7 @@ class CoordinationService:
         outcome = TurnOutcome(flags, classifier, prio, found)
         if found is not None:
             msg = _Message(
+                target,
                 session,
                 text,
                 flags,
@@ -324,8 +334,8 @@ class CoordinationService:
             return apply_turn(content_of(current), now, turn)
 
         # The decision is stored by the statement that writes the session (same version).
-        updated, decision_id = await self._sessions.apply_change(
-            session.session_id, principal.name, mutate, read=session, decision=decision
+        updated, decision_id = await target.write(
+            principal.name, mutate, read=session, decision=decision
         )
         if decision_id is None:  # the statement writes both or neither
             raise RuntimeError("The session was written without its decision.")
@@ -340,9 +350,9 @@ class CoordinationService:
             )
             status = "escalated" if escalated is not None else status
         if outcome.accepted:
-            accepted = outcome.accepted_result(updated, decision_id, rules)
+            accepted = outcome.accepted_result(updated, decision_id, rules, target.branch)
             return replace(accepted, next_step=decided.record)
-        result = outcome.result(updated, decision_id, rules, _ms_since(started))
+        result = outcome.result(updated, decision_id, rules, _ms_since(started), target.branch)
         return replace(result, next_step=decided.record, session_status=status)
 
     def _step_event(self, session: Session, outcome: TurnOutcome, turn: Turn) -> StepEvent:
@@ -397,8 +407,17 @@ class CoordinationService:
         it answered in time, else its rule-based fallback (for ``direct_agent_routing``,
         with the agent it passes to), or nothing yet when the caller asked for a 202."""
         breaker = self._breakers.breaker_for(agent)
+        branch, memories = await msg.target.agent_memories(agent)
         request = agent_request(
-            agent, msg.session, msg.text, intent, secondaries, msg.flags, _new_id()
+            agent,
+            msg.session,
+            msg.text,
+            intent,
+            secondaries,
+            msg.flags,
+            _new_id(),
+            branch,
+            memories,
         )
         waited = None
         if not agent.url and not agent.a2a_url:
@@ -414,8 +433,8 @@ class CoordinationService:
         detached = waited.detached if waited else False
         state = breaker.snapshot().state
         if call.ok and call.response is not None:
-            memories = await apply_memory_updates(self._memories, agent, msg.session, call.response)
-            return AgentStep(agent, intent, call, None, memories, state, task=task)
+            stored = await msg.target.remember(agent, msg.session, call.response)
+            return AgentStep(agent, intent, call, None, stored, state, task=task)
         if detached and msg.budget.respond_async:
             # 202: the task's answer is the answer, applied when it comes; no fallback.
             return AgentStep(
@@ -460,6 +479,7 @@ class CoordinationService:
             intent=decided_intent(intent),
             routed_by=routed_by,
             pending_action_id=msg.pending.id if msg.pending and kind == "pending_action" else None,
+            branch=msg.target.branch,
         )
         new = NewTask(
             agent_name=agent.name,
@@ -525,15 +545,13 @@ class CoordinationService:
         strategy = agent.fallback_strategy or ""
 
         async def read_profile() -> list[Memory]:
-            async with self._db.connection() as conn:
-                return await self._memories.read_user_category(
-                    conn,
-                    msg.session.user_id,
-                    PROFILE_CATEGORY,
-                    msg.principal,
-                    purpose=f"fallback:{strategy}",
-                    limit=PROFILE_READ_LIMIT,
-                )
+            return await msg.target.read_category(
+                msg.session,
+                PROFILE_CATEGORY,
+                msg.principal,
+                f"fallback:{strategy}",
+                PROFILE_READ_LIMIT,
+            )
 
         ctx = FallbackContext(
             strategy=strategy,

@@ -58,7 +58,7 @@ def task_priority(score: int) -> int:
 class TaskTurn(msgspec.Struct, frozen=True, kw_only=True):
     """What the turn that submitted a task knew, for applying its late answer: the message,
     how it was read and routed, the intent the agent was asked to handle, the queued action
-    it works on (kind pending_action)."""
+    it works on (kind pending_action), the branch it was on."""
 
     message: str
     context_flags: list[str]
@@ -66,6 +66,8 @@ class TaskTurn(msgspec.Struct, frozen=True, kw_only=True):
     intent: DecidedIntent
     routed_by: str | None
     pending_action_id: str | None = None
+    # The branch the turn was written to, where the late answer goes; None: the session.
+    branch: str | None = None
 
 
 class TaskInput(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
