@@ -146,6 +146,12 @@ class RateLimited(SwitchboardError):
         self.retry_after = retry_after
 
 
+class BadGateway(SwitchboardError):
+    """A remote party Switchboard had to ask (an agent's card URL) gave no usable answer."""
+
+    status, title, slug = 502, "Bad gateway", "bad-gateway"
+
+
 class TooManyStreams(RateLimited):
     """The key already holds as many open event streams as it may (per replica)."""
 

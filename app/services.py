@@ -26,6 +26,7 @@ from app.coordination.dispatch import AgentClient
 from app.coordination.escalation import EscalationService
 from app.coordination.rules import RulesService
 from app.coordination.service import CoordinationService
+from app.coordination.target import TurnTargets
 from app.coordination.tasks import COORDINATOR_KINDS, AgentTasks
 from app.db.pool import Database
 from app.db.presence import ReplicaPresence
@@ -37,6 +38,7 @@ from app.jobs.service import JobService
 from app.memories.branch_service import BranchMemoryService
 from app.memories.retention import MemoryRetention
 from app.memories.service import MemoryService
+from app.outbound.a2a import A2AClient, a2a_http_client
 from app.outbound.policy import OutboundPolicy, Resolver
 from app.outbound.transport import outbound_client
 from app.sessions.lifecycle import SessionLifecycle
@@ -79,12 +81,19 @@ class Services:
         # traceparent it sends) per call. Deadlines are set per call (an agent's
         # timeout_ms, the delivery timeout), not by httpx.
         self.http = outbound_client(self.outbound, tracing=self.tracing)
+        # A2A agents (SendMessage, card discovery) through the a2a-sdk client: the same
+        # policy and tracing on a client of its own (app/outbound/a2a.py says why).
+        self.a2a = A2AClient(
+            a2a_http_client(self.outbound, settings.max_body_bytes, tracing=self.tracing)
+        )
         self.agents = AgentService(
             database,
             clock,
             admin_key,
             outbound=self.outbound,
             key_cache_seconds=settings.auth.key_cache_seconds,
+            cards=self.a2a,
+            card_timeout=settings.coordination.card_timeout_seconds,
         )
         self.users = UserService(database, clock)
         self.sessions = SessionService(database, clock, settings.sessions)
@@ -112,6 +121,7 @@ class Services:
             # repaired up to the repair bound.
             max_answer_bytes=settings.max_body_bytes,
             repair_max_bytes=settings.coordination.repair_max_bytes,
+            a2a=self.a2a,
         )
         # Durable agent tasks: every process can submit, run (its worker, or run_here)
         # and wait for them; the handlers of the kinds are registered here.
@@ -133,11 +143,19 @@ class Services:
         self.escalation = EscalationService(
             database, clock, settings.coordination, settings.sessions
         )
+        # Where a turn is read and written: the session itself or one of its branches.
+        self.turn_targets = TurnTargets(
+            database,
+            self.sessions,
+            self.memories,
+            self.branches,
+            self.branch_memories,
+            settings.coordination.branch_context_memories,
+        )
         self.task_completion = TaskCompletion(
             database,
             clock,
-            self.sessions,
-            self.memories,
+            self.turn_targets,
             self.breakers,
             self.events,
             self.rules,
@@ -150,7 +168,7 @@ class Services:
             clock,
             settings.coordination,
             self.sessions,
-            self.memories,
+            self.turn_targets,
             self.rules,
             self.breakers,
             self.agent_client,
@@ -186,6 +204,7 @@ class Services:
         """Release what the services hold (the HTTP client's connections), and export the
         spans still buffered (blocking up to the exporter's timeout: not on the loop)."""
         await self.http.aclose()
+        await self.a2a.aclose()
         await asyncio.to_thread(self.tracing.shutdown)
 
 

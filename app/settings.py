@@ -250,6 +250,10 @@ class CoordinationSettings(BaseSettings):
         env_prefix="SWITCHBOARD_COORDINATION_", extra="ignore", env_ignore_empty=True
     )
 
+    # How many memories an agent's request shows on a branch (POST
+    # .../branches/{branch}/messages): the newest the agent may read as the branch sees
+    # them, its own values over main's (0: none).
+    branch_context_memories: int = Field(default=50, ge=0, le=1000)
     # Ask the user instead of guessing when the top two conflicting intents score closer
     # than this (0: never ask).
     clarification_margin: int = Field(default=10, ge=0, le=100)
@@ -279,6 +283,8 @@ class CoordinationSettings(BaseSettings):
     # The most a caller may ask to wait (Prefer: wait=N above it waits this long): under the
     # 60 s most HTTP clients and proxies (and n8n's HTTP node) give a request.
     wait_max_seconds: float = Field(default=55.0, ge=0, le=3600)
+    # How long fetching an agent's A2A card may take (discovery and the agent_cards job).
+    card_timeout_seconds: float = Field(default=5.0, gt=0, le=60)
     # Safety limits of the next-step decision (app/coordination/next_step.py): past one,
     # the session is escalated and waits for a person. Each is an "at most"; the counters
     # are read from the decision log and the versions and start again at a resolution.
@@ -333,6 +339,8 @@ class SchedulerSettings(BaseSettings):
     audit_retention: timedelta = timedelta(days=365)
     event_retention: timedelta = timedelta(days=30)
     job_run_retention: timedelta = timedelta(days=90)
+    # The agent_cards job: how often discovered agents' A2A cards are fetched again.
+    agent_cards_interval: timedelta = timedelta(minutes=15)
 
 
 class TaskSettings(BaseSettings):

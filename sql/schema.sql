@@ -357,6 +357,19 @@ CREATE TABLE agents (
     reset_timeout_ms integer NOT NULL DEFAULT 30000
         CHECK (reset_timeout_ms BETWEEN 10 AND 86400000),
     updated_at timestamptz NOT NULL DEFAULT now(),
+    -- Revision 0023: A2A. The JSON-RPC interface the agent's card declares (and its
+    -- protocol version): an agent with one is called with A2A SendMessage, not the seed's
+    -- JSON request (app/outbound/a2a.py).
+    a2a_url text CHECK (a2a_url ~ '^https?://[^\s]+$' AND char_length(a2a_url) <= 2000),
+    a2a_protocol_version text CHECK (char_length(a2a_protocol_version) <= 20),
+    -- Where the card came from and how its last fetch went: published (POST .../card),
+    -- discovered (fetched from the agent's /.well-known/agent-card.json), unreachable or
+    -- invalid (the last fetch failed; the card fetched before, if any, stays in use).
+    card_status text CHECK (card_status IN ('published', 'discovered', 'unreachable', 'invalid')),
+    card_error text CHECK (char_length(card_error) <= 2000),
+    -- The last fetch that succeeded, and the last one tried.
+    card_fetched_at timestamptz,
+    card_checked_at timestamptz,
     -- The admin key acts (and owns memories) as "admin": no agent may take the name.
     CONSTRAINT agents_name_not_admin CHECK (lower(name) <> 'admin')
 );
@@ -436,7 +449,11 @@ CREATE TABLE coordination_decisions (
     -- The next-step decision made after this one (revision 0022): outcome, rule, and its
     -- inputs (the event, the counters read from the log, the limits), so that it can be
     -- replayed and explained (app/coordination/next_step.py).
-    next_step jsonb
+    next_step jsonb,
+    -- The branch the turn was written to (revision 0025), NULL for the session itself;
+    -- session_version is then the branch's version. No foreign key: the decision outlives
+    -- the branch.
+    branch text
 );
 
 CREATE INDEX coordination_decisions_session_idx
@@ -516,7 +533,7 @@ CREATE TABLE outbox_events (
     -- the default.
     traceparent text DEFAULT current_traceparent(),
     trace_id text GENERATED ALWAYS AS (substr(traceparent, 4, 32)) STORED,
-    -- (revision 0023) The event's place in the event streams (the SSE id), in commit order:
+    -- (revision 0024) The event's place in the event streams (the SSE id), in commit order:
     -- NULL when written, given by outbox_sequence() once the event has committed.
     position bigint
 );
@@ -725,8 +742,8 @@ AS $$
       AND memory_readable(m, at, caller, ARRAY(SELECT memory_readable_levels(is_admin, roles)))
 $$;
 
--- An agent as every statement returns it: its settings and state, never its key hash or
--- card; `enabled` as routing sees it (false when the admin switched the agent off or
+-- An agent as every statement returns it: its settings, state and card status, never its
+-- key hash or card; `enabled` as routing sees it (false when the admin switched the agent off or
 -- disabled it with DELETE, which also revoked its key); has_key (whether it has one).
 -- Statements call it on a row of agents: FROM agents a, agent_shown(a) s, or on the row a
 -- write returns (FROM changed c, agent_shown(c) s). One SELECT returning a set: the planner
@@ -737,13 +754,15 @@ CREATE FUNCTION agent_shown(a agents)
         disabled_at timestamptz, description text, url text, timeout_ms integer,
         retry_attempts integer, fallback_strategy text, intents text[], skills jsonb,
         enabled boolean, fail_max integer, reset_timeout_ms integer, has_key boolean,
-        updated_at timestamptz)
+        updated_at timestamptz, a2a_url text, a2a_protocol_version text, card_status text,
+        card_error text, card_fetched_at timestamptz, card_checked_at timestamptz)
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
 AS $$
     SELECT a.agent_id, a.name, a.roles, a.created_at, a.disabled_at, a.description, a.url,
            a.timeout_ms, a.retry_attempts, a.fallback_strategy, a.intents, a.skills,
            a.enabled AND a.disabled_at IS NULL, a.fail_max, a.reset_timeout_ms,
-           a.api_key_hash IS NOT NULL, a.updated_at
+           a.api_key_hash IS NOT NULL, a.updated_at, a.a2a_url, a.a2a_protocol_version,
+           a.card_status, a.card_error, a.card_fetched_at, a.card_checked_at
 $$;
 
 -- The version row that records a session as it now is (`s`, a session_coordination row),
@@ -1031,7 +1050,7 @@ CREATE TRIGGER outbox_events_fan_out
     REFERENCING NEW TABLE AS written
     FOR EACH STATEMENT EXECUTE FUNCTION outbox_fan_out();
 
--- Event streams (revision 0023): an event's position is given after it committed, one
+-- Event streams (revision 0024): an event's position is given after it committed, one
 -- numbering at a time (a transaction-level advisory lock), each numbering only committed
 -- events: positions then grow in the order readers can see them, and a stream that
 -- resumes after position N misses nothing and repeats nothing (an identity column would
@@ -1223,7 +1242,8 @@ CREATE TABLE agent_tasks (
     started_at timestamptz,
     finished_at timestamptz,
     last_error text,
-    -- The seed's response_format, once completed.
+    -- The seed's response_format, once completed; while input-required, the agent's
+    -- question and the A2A task and context to continue (app/coordination/tasks.py).
     result jsonb,
     -- The coordination decision that created the task.
     decision_id uuid,
@@ -1252,6 +1272,10 @@ CREATE UNIQUE INDEX agent_tasks_idempotency_key ON agent_tasks (created_by, idem
     WHERE idempotency_key IS NOT NULL;
 CREATE INDEX agent_tasks_session_idx ON agent_tasks (session_id, created_at DESC, task_id DESC)
     WHERE session_id IS NOT NULL;
+-- A session's task waiting for the user's input, looked up by every message (revision
+-- 0023): only such tasks are in it.
+CREATE INDEX agent_tasks_awaiting_input_idx ON agent_tasks (session_id, created_at DESC)
+    WHERE status IN ('input-required', 'auth-required');
 -- Erasure finds a user's tasks without a session by this.
 CREATE INDEX agent_tasks_user_idx ON agent_tasks (user_id) WHERE user_id IS NOT NULL;
 -- ON DELETE SET NULL of requeue_of looks up the requeues of a deleted task.
@@ -1304,9 +1328,9 @@ CREATE INDEX dead_letters_requeued_idx ON dead_letters (requeued_task_id)
 -- transition, written with it. A retry (working -> working at a new attempt, or a lease
 -- given up) is recorded; a lease renewal or a detach is not a transition (the trigger's
 -- WHEN leaves them out). AFTER, not BEFORE: the history row references the task row. A
--- finished task is announced on switchboard_task_finished (TaskService.wait listens).
--- Every transition is also a task.transition event (revision 0023), for the event streams
--- and subscribers.
+-- finished task, or one that waits for the user's input (revision 0023), is announced on
+-- switchboard_task_finished (TaskService.wait listens). Every transition is also a
+-- task.transition event (revision 0024), for the event streams and subscribers.
 CREATE FUNCTION agent_task_transition() RETURNS trigger
     LANGUAGE plpgsql
 AS $$
@@ -1345,7 +1369,8 @@ BEGIN
                                'actor', coalesce(NEW.status_actor, NEW.created_by),
                                'reason', NEW.status_reason),
             clock_timestamp());
-    IF NEW.status IN ('completed', 'failed', 'canceled', 'rejected') THEN
+    IF NEW.status IN ('completed', 'failed', 'canceled', 'rejected', 'input-required',
+                      'auth-required') THEN
         PERFORM pg_notify('switchboard_task_finished', NEW.task_id::text);
     END IF;
     RETURN NULL;

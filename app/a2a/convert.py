@@ -86,8 +86,9 @@ def user_message(task: StoredTask) -> Message:
 
 
 def _answer(task: StoredTask) -> tuple[str, Any] | None:
-    """The reply text and output data of a completed task."""
-    if task.status != "completed" or task.result is None:
+    """The reply text and output data of a completed task, or the agent's question while
+    the task waits for the user (input-required, auth-required)."""
+    if not (task.status == "completed" or task.interrupted) or task.result is None:
         return None
     result = {k: v for k, v in task.result.items() if k != REPAIRED_KEY}
     output = result.get("output_data", result)
@@ -95,7 +96,8 @@ def _answer(task: StoredTask) -> tuple[str, Any] | None:
 
 
 def agent_message(task: StoredTask) -> Message | None:
-    """The agent's reply (completed) or why there is none (failed, rejected, canceled)."""
+    """The agent's reply (completed), its question (input-required, auth-required) or why
+    there is none (failed, rejected, canceled)."""
     answer = _answer(task)
     if answer is not None:
         text = answer[0]
@@ -104,7 +106,7 @@ def agent_message(task: StoredTask) -> Message | None:
     else:
         return None
     return Message(
-        message_id=f"{task.task_id}-{'answer' if answer else task.status}",
+        message_id=f"{task.task_id}-{task.status}",
         context_id=context_id(task),
         task_id=str(task.task_id),
         role=Role.ROLE_AGENT,
@@ -115,7 +117,7 @@ def agent_message(task: StoredTask) -> Message | None:
 
 def answer_artifact(task: StoredTask) -> Artifact | None:
     """A completed task's answer: the reply as text and the agent's output as data."""
-    answer = _answer(task)
+    answer = _answer(task) if task.status == "completed" else None
     if answer is None:
         return None
     text, output = answer

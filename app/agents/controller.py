@@ -97,6 +97,22 @@ class AgentController(Controller):
         routing url and skills."""
         return await agent_service.publish_card(name, data)
 
+    @post(
+        "/{name:str}/discover",
+        status_code=200,
+        guards=[admin_only],
+        summary="Fetch an agent's A2A card from its URL",
+    )
+    async def discover(
+        self, name: FromPath[str], agent_service: NamedDependency[AgentService]
+    ) -> Agent:
+        """Fetch the card at the agent's ``<url>/.well-known/agent-card.json`` (A2A): its
+        skills join the skill map and, through its JSON-RPC interface, the agent is called
+        with A2A SendMessage. 404 unknown agent; 422 no url, or a card that cannot be used
+        (no JSON-RPC interface, a bad skill, not a card); 502 the card cannot be fetched.
+        A failure is also recorded on the agent (card_status, card_error)."""
+        return await agent_service.discover(name)
+
     @get("/{name:str}/card", summary="An agent's published card")
     async def get_card(
         self, name: FromPath[str], agent_service: NamedDependency[AgentService]

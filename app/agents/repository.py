@@ -32,6 +32,12 @@ def _agent(row: asyncpg.Record) -> Agent:
         reset_timeout_ms=row["reset_timeout_ms"],
         has_key=row["has_key"],
         updated_at=row["updated_at"],
+        a2a_url=row["a2a_url"],
+        a2a_protocol_version=row["a2a_protocol_version"],
+        card_status=row["card_status"],
+        card_error=row["card_error"],
+        card_fetched_at=row["card_fetched_at"],
+        card_checked_at=row["card_checked_at"],
     )
 
 
@@ -108,10 +114,48 @@ async def set_agent_card(
     skills: list[PublishedSkill],
     description: str,
     now: datetime,
+    a2a_url: str | None = None,
+    a2a_protocol_version: str | None = None,
 ) -> Agent | None:
-    """Store a published card and the url, skills and description it declares."""
-    row = await conn.fetchrow(Q.set_agent_card, name, card, url, skills, description, now)
+    """Store a published card and the url, skills, description and A2A interface (None:
+    it declares none) it declares."""
+    row = await conn.fetchrow(
+        Q.set_agent_card, name, card, url, skills, description, now, a2a_url, a2a_protocol_version
+    )
     return None if row is None else _agent(row)
+
+
+async def store_discovered_card(
+    conn: Connection,
+    name: str,
+    card: PublishedCard,
+    skills: list[PublishedSkill],
+    description: str,
+    a2a_url: str,
+    a2a_protocol_version: str,
+    now: datetime,
+) -> Agent | None:
+    """Store a card fetched from the agent: its skills, description and A2A interface;
+    the agent's url (where the card was fetched) stays."""
+    row = await conn.fetchrow(
+        Q.store_discovered_card, name, card, skills, description, a2a_url, a2a_protocol_version, now
+    )
+    return None if row is None else _agent(row)
+
+
+async def mark_card_failure(
+    conn: Connection, name: str, status: str, error: str, now: datetime
+) -> Agent | None:
+    """Record that the agent's card could not be fetched (``unreachable``) or used
+    (``invalid``); the card fetched before, if any, stays in use."""
+    row = await conn.fetchrow(Q.mark_card_failure, name, status, error[:2000], now)
+    return None if row is None else _agent(row)
+
+
+async def agents_to_refresh(conn: Connection, checked_before: datetime, limit: int) -> list[Agent]:
+    """Agents whose card was discovered (or whose discovery failed), enabled, with a url,
+    not checked since ``checked_before``; the least recently checked first."""
+    return [_agent(row) for row in await conn.fetch(Q.agents_to_refresh, checked_before, limit)]
 
 
 async def get_agent_card(conn: Connection, name: str) -> PublishedCard | None:

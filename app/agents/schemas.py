@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Annotated, Any, TypeAlias
+from typing import Annotated, Any, Literal, TypeAlias
 from uuid import UUID
 
 from pydantic import (
@@ -42,6 +42,8 @@ ShortText = Annotated[str, StringConstraints(max_length=500)]
 PublishedSkill: TypeAlias = JsonObject
 # An A2A agent card as the agent published it (kept as sent).
 PublishedCard: TypeAlias = JsonObject
+
+CardStatus = Literal["published", "discovered", "unreachable", "invalid"]
 
 # The longest an agent may be given to answer (agents.timeout_ms has the same CHECK).
 MAX_AGENT_TIMEOUT_MS = 300_000
@@ -90,6 +92,10 @@ class AgentCreate(AgentSettings):
     """Register an agent (or issue the first key of a seeded one); the key is returned once."""
 
     name: AgentName
+    # With a url: fetch the agent's A2A card from <url>/.well-known/agent-card.json at
+    # registration (as POST /v1/agents/{name}/discover does). Its outcome is the agent's
+    # card_status; a card that cannot be had does not refuse the registration.
+    discover: bool = False
 
 
 class AgentCard(BaseModel):
@@ -133,6 +139,17 @@ class Agent:
     reset_timeout_ms: int
     has_key: bool
     updated_at: datetime
+    # The A2A JSON-RPC interface its card declares: set, the agent is called with A2A
+    # SendMessage (app/outbound/a2a.py) instead of the seed's JSON request to ``url``.
+    a2a_url: str | None = None
+    a2a_protocol_version: str | None = None
+    # Where its card came from and how the last fetch went: published, discovered,
+    # unreachable or invalid (None: no card); the last error, the last fetch that
+    # succeeded and the last one tried.
+    card_status: CardStatus | None = None
+    card_error: str | None = None
+    card_fetched_at: datetime | None = None
+    card_checked_at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)

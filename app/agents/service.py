@@ -1,11 +1,14 @@
 """Agent registry rules: unique names, keys shown once, disabling without forgetting,
-routing settings, published cards and the skill map."""
+routing settings, published and discovered cards and the skill map."""
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from dataclasses import replace
 
 from app.agents import repository as repo
+from app.agents.cards import published_interface, usable_card
 from app.agents.schemas import (
     Agent,
     AgentCard,
@@ -20,8 +23,15 @@ from app.auth.keys import generate_key, hash_key, same_digest
 from app.auth.principal import ADMIN, ROLES_CHECKED_IN_CODE, Principal
 from app.clock import Clock
 from app.db.pool import Connection, Database
-from app.errors import Conflict, NotFound, ValidationFailed
+from app.errors import BadGateway, Conflict, NotFound, ValidationFailed
+from app.jobs.sweep import Sweep
+from app.outbound.a2a import A2AClient, CardInvalid, CardUnreachable
 from app.outbound.policy import OutboundPolicy
+
+logger = logging.getLogger("switchboard.agents")
+
+# Cards fetched at once by a refresh (each within the card timeout).
+REFRESH_CONCURRENCY = 10
 
 
 class AgentService:
@@ -35,10 +45,15 @@ class AgentService:
         *,
         outbound: OutboundPolicy,
         key_cache_seconds: float = 0,
+        cards: A2AClient | None = None,
+        card_timeout: float = 5.0,
     ) -> None:
         self._db = database
         self._clock = clock
         self._outbound = outbound
+        # Fetches agents' A2A cards (discovery); None where nothing discovers.
+        self._cards = cards
+        self._card_timeout = card_timeout
         # None in a process that answers no requests (the scheduler, the CLI): no key is
         # the admin's there.
         self._admin_digest = None if admin_key is None else hash_key(admin_key)
@@ -79,10 +94,14 @@ class AgentService:
                     f"POST /v1/agents/{data.name}/key to issue a new one.",
                     agent=data.name,
                 )
-            settings = data.model_dump(exclude={"name", "roles"}, exclude_unset=True)
+            settings = data.model_dump(exclude={"name", "roles", "discover"}, exclude_unset=True)
             if settings:
                 agent = await self._apply_settings(conn, agent, AgentSettings(**settings))
         self._keys.clear()
+        if data.discover and agent.url:
+            # After the registration is committed: a card that cannot be had is the
+            # agent's card_status, not a refused registration.
+            agent = await self._discover(agent, strict=False)
         return AgentWithKey(agent=agent, api_key=key)
 
     async def list_agents(self) -> list[Agent]:
@@ -133,9 +152,26 @@ class AgentService:
         await self._outbound.require_registrable(str(card.url), "url")
         raw = card.model_dump(mode="json", by_alias=True, exclude_none=True)
         skills = [skill.model_dump(mode="json") for skill in card.skills]
+        try:
+            interface = published_interface(raw)
+        except ValueError as exc:
+            raise ValidationFailed(
+                f"The card's supportedInterfaces are not valid A2A interfaces: {exc}",
+                errors=[{"field": "supportedInterfaces", "message": str(exc)[:500]}],
+            ) from None
+        if interface is not None:
+            await self._outbound.require_registrable(interface.url, "supportedInterfaces.url")
         async with self._db.transaction() as conn:
             agent = await repo.set_agent_card(
-                conn, name, raw, str(card.url), skills, card.description, self._clock.now()
+                conn,
+                name,
+                raw,
+                str(card.url),
+                skills,
+                card.description,
+                self._clock.now(),
+                interface.url if interface else None,
+                interface.protocol_version if interface else None,
             )
         if agent is None:
             raise NotFound(f"No agent named {name!r}.")
@@ -148,6 +184,104 @@ class AgentService:
         if card is None:
             raise NotFound(f"Agent {name!r} has published no card.")
         return card
+
+    # -- discovery ------------------------------------------------------------------------
+
+    async def discover(self, name: str) -> Agent:
+        """Fetch the agent's A2A card from ``<url>/.well-known/agent-card.json``, store it,
+        and route by its skills and its JSON-RPC interface. 404 for an unknown agent, 422
+        when it has no url or its card cannot be used, 502 when the card cannot be fetched;
+        either failure is also recorded on the agent (card_status, card_error)."""
+        agent = await self.get_agent(name)
+        if not agent.url:
+            raise ValidationFailed(
+                f"Agent {name!r} has no url to fetch its card from.",
+                errors=[{"field": "url", "message": "set the agent's url first"}],
+            )
+        return await self._discover(agent, strict=True)
+
+    async def refresh_cards(self, sweep: Sweep) -> None:
+        """The agent_cards job: fetch again the cards of agents that were discovered (or
+        whose discovery failed), marking those whose card cannot be fetched or used."""
+        checked_before = sweep.now
+
+        async def refresh() -> int:
+            async with self._db.connection() as conn:
+                due = await repo.agents_to_refresh(conn, checked_before, 1000)
+            gate = asyncio.Semaphore(REFRESH_CONCURRENCY)
+
+            async def one(agent: Agent) -> None:
+                async with gate:
+                    try:
+                        await self._discover(agent, strict=False)
+                    except NotFound:
+                        pass  # renamed or gone meanwhile: nothing to mark
+                    except Exception:  # one agent's trouble is not the run's
+                        logger.exception("agent %s: its card could not be refreshed", agent.name)
+
+            await asyncio.gather(*(one(agent) for agent in due))
+            return len(due)
+
+        async def count(conn: Connection) -> int:
+            return len(await repo.agents_to_refresh(conn, checked_before, 1000))
+
+        await sweep.call_out("agent_cards_checked", refresh, count)
+
+    async def _discover(self, agent: Agent, *, strict: bool) -> Agent:
+        """Fetch, check and store ``agent``'s card; a failure is recorded on the agent and,
+        when ``strict``, raised (502 unreachable, 422 invalid)."""
+        if self._cards is None:
+            raise RuntimeError("This process fetches no agent cards.")
+        assert agent.url is not None
+        status, error = "unreachable", ""
+        raised: BadGateway | ValidationFailed | None = None
+        try:
+            fetched = await self._cards.fetch_card(agent.url, self._card_timeout)
+            card = usable_card(fetched)
+            refusal = await self._outbound.registration_refusal(card.interface.url)
+            if refusal is not None:
+                raise CardInvalid(f"its interface URL is not an allowed destination: {refusal}")
+        except CardUnreachable as exc:
+            status, error = "unreachable", str(exc)
+            raised = BadGateway(
+                f"The card of agent {agent.name!r} could not be fetched from "
+                f"{agent.url.rstrip('/')}/.well-known/agent-card.json: {exc}.",
+                agent=agent.name,
+                card_status=status,
+            )
+        except CardInvalid as exc:
+            status, error = "invalid", str(exc)
+            raised = ValidationFailed(
+                f"The card of agent {agent.name!r} cannot be used: {exc}.",
+                errors=[{"field": "card", "message": str(exc)[:500]}],
+                agent=agent.name,
+                card_status=status,
+            )
+        else:
+            async with self._db.transaction() as conn:
+                stored = await repo.store_discovered_card(
+                    conn,
+                    agent.name,
+                    card.document,
+                    card.skills,
+                    card.description,
+                    card.interface.url,
+                    card.interface.protocol_version,
+                    self._clock.now(),
+                )
+            if stored is None:
+                raise NotFound(f"No agent named {agent.name!r}.")
+            return stored
+        logger.info("agent %s: card %s (%s)", agent.name, status, error)
+        async with self._db.transaction() as conn:
+            marked = await repo.mark_card_failure(
+                conn, agent.name, status, error, self._clock.now()
+            )
+        if marked is None:
+            raise NotFound(f"No agent named {agent.name!r}.")
+        if strict and raised is not None:
+            raise raised
+        return marked
 
     async def skill_map(self) -> list[SkillAgents]:
         """Every skill offered by an enabled agent, with the agents offering it."""

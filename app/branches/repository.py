@@ -7,25 +7,22 @@ from typing import Any
 from uuid import UUID
 
 import asyncpg
+import msgspec
 
 from app.branches.schemas import MAIN, Branch, BranchVersion
 from app.db.pool import Connection
 from app.db.queries import QUERIES
+from app.events.schemas import NewEvent
+from app.sessions.repository import document_fields, version_fields
 from app.sessions.schemas import SessionContent
-from app.sessions.state import show_mirrors, storage_json
+from app.sessions.state import storage_json
 
 Q = QUERIES.branches
 
 
 def _branch(row: asyncpg.Record) -> Branch:
-    state, metadata = show_mirrors(
-        row["session_state"],
-        row["coordination_metadata"],
-        row["progress_percentage"],
-        row["priority"],
-    )
     return Branch(
-        session_id=row["session_id"],
+        **document_fields(row),
         name=row["name"],
         parent=MAIN,
         purpose=row["purpose"],
@@ -33,13 +30,6 @@ def _branch(row: asyncpg.Record) -> Branch:
         state=row["state"],
         base_version=row["base_version"],
         forked_at_version=row["forked_at_version"],
-        version=row["version"],
-        session_state=state,
-        agent_sequence=row["agent_sequence"],
-        coordination_metadata=metadata,
-        current_agent=row["current_agent"],
-        progress_percentage=row["progress_percentage"],
-        priority=row["priority"],
         merged_version=row["merged_version"],
         created_by=row["created_by"],
         created_at=row["created_at"],
@@ -49,27 +39,8 @@ def _branch(row: asyncpg.Record) -> Branch:
 
 
 def _version(row: asyncpg.Record) -> BranchVersion:
-    state, metadata = show_mirrors(
-        row["session_state"],
-        row["coordination_metadata"],
-        row["progress_percentage"],
-        row["priority"],
-    )
     return BranchVersion(
-        session_id=row["session_id"],
-        branch=row["branch"],
-        version=row["version"],
-        session_state=state,
-        agent_sequence=row["agent_sequence"],
-        coordination_metadata=metadata,
-        current_agent=row["current_agent"],
-        progress_percentage=row["progress_percentage"],
-        priority=row["priority"],
-        changed_by=row["changed_by"],
-        change_reason=row["change_reason"],
-        created_at=row["created_at"],
-        merge_base=row["merge_base"],
-        parent_version=row["parent_version"],
+        **version_fields(row), branch=row["branch"], parent_version=row["parent_version"]
     )
 
 
@@ -118,9 +89,13 @@ async def update_branch_content(
     *,
     rebased_onto: int | None = None,
     merge_base: int | None = None,
-) -> Branch | None:
+    decision: msgspec.Struct | None = None,
+    event: NewEvent | None = None,
+) -> tuple[Branch, UUID | None] | None:
     """Write new content as the branch's next version if it is still open at the version
-    ``branch`` has; None otherwise."""
+    ``branch`` has; None otherwise. A coordinator's change comes with its ``decision``
+    (stored naming the branch; its id comes back with the branch) and ``event`` (to the
+    outbox), written by the same statement."""
     state, sequence, metadata = storage_json(content)
     row = await conn.fetchrow(
         Q.update_branch_content,
@@ -138,8 +113,11 @@ async def update_branch_content(
         change_reason,
         rebased_onto,
         merge_base,
+        None if decision is None else msgspec.to_builtins(decision),
+        None if event is None else event.event_type,
+        None if event is None else event.payload,
     )
-    return None if row is None else _branch(row)
+    return None if row is None else (_branch(row), row["decision_id"])
 
 
 async def mark_branch_merged(

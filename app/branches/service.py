@@ -9,6 +9,7 @@ from typing import Any
 from uuid import UUID
 
 import asyncpg
+import msgspec
 
 from app.auth.principal import Principal
 from app.branches import repository as repo
@@ -35,6 +36,7 @@ from app.errors import (
     ValidationFailed,
     VersionConflict,
 )
+from app.events.schemas import NewEvent
 from app.jobs.sweep import Sweep
 from app.memories.branch_service import (
     MEMORY_PATHS,
@@ -44,7 +46,7 @@ from app.memories.branch_service import (
 from app.sessions import repository as sessions_repo
 from app.sessions.merge import Choice, MergeConflict, MergeResult, resolve
 from app.sessions.schemas import Session, SessionContent, SessionVersion
-from app.sessions.service import patched, require_open
+from app.sessions.service import Mutation, patched, require_open
 from app.sessions.state import (
     DOCUMENT_FIELDS,
     PATCHABLE,
@@ -94,6 +96,18 @@ class BranchService:
             if branch is None:
                 await _session(conn, session_id)
         return _found(branch, session_id, name)
+
+    async def document(self, session_id: UUID, name: str, *, writable: bool = True) -> Session:
+        """The branch shown as its session (the branch's content and version, the session's
+        identity and life): what the coordinator reads on the branch. ``writable``: 404 for
+        an unknown branch, 409 for a merged one or a closed session, as a write would."""
+        async with self._db.connection() as conn:
+            session = await _session(conn, session_id)
+            branch = _found(await repo.get_branch(conn, session_id, name), session_id, name)
+        if writable:
+            _open(branch, session_id, name)
+            require_open(session)
+        return session_at(branch, session)
 
     async def list_versions(
         self, session_id: UUID, name: str, limit: int = DEFAULT_LIMIT, cursor: str | None = None
@@ -240,7 +254,42 @@ class BranchService:
             )
         if written is None:  # cannot happen while we hold the row lock
             raise VersionConflict(f"Branch {name!r} changed underneath this write.")
-        return written
+        return written[0]
+
+    async def apply_change(
+        self,
+        session_id: UUID,
+        name: str,
+        actor: str,
+        mutate: Mutation,
+        *,
+        decision: msgspec.Struct | None = None,
+        event: NewEvent | None = None,
+    ) -> tuple[Session, UUID | None]:
+        """A server-side change on the branch (a coordinator's turn, a task's late answer):
+        ``mutate`` applied to the branch's head under its row lock and written as its next
+        version, with ``decision`` (naming the branch; its id is returned) and ``event``.
+        404 for an unknown branch, 409 for a merged one or a closed session."""
+        now = self._clock.now()
+        async with self._db.transaction() as conn:
+            session = await _session(conn, session_id)
+            branch = _open(await repo.lock_branch(conn, session_id, name), session_id, name)
+            require_open(session)
+            content, reason = mutate(session_at(branch, session), now)
+            written = await repo.update_branch_content(
+                conn,
+                branch,
+                self._bounded(content),
+                actor,
+                reason,
+                now,
+                decision=decision,
+                event=event,
+            )
+        if written is None:  # cannot happen while we hold the row lock
+            raise VersionConflict(f"Branch {name!r} changed underneath this write.")
+        updated, decision_id = written
+        return session_at(updated, session), decision_id
 
     async def merge(
         self,
@@ -355,7 +404,7 @@ class BranchService:
             )
         if written is None:  # cannot happen while we hold the row lock
             raise VersionConflict(f"Branch {name!r} changed underneath this rebase.")
-        return written
+        return written[0]
 
     async def delete(self, session_id: UUID, name: str) -> None:
         """Delete a branch and its versions (merged or not)."""

@@ -31,6 +31,7 @@ from app.console.reads import ConsoleReads
 from app.console.repository import SessionFilter
 from app.console.session import COOKIE_NAME, COOKIE_PATH, LOGIN_COOKIE_NAME, same_token
 from app.coordination.breaker_admin import BreakerAdmin
+from app.coordination.escalation import EscalationService
 from app.coordination.service import CoordinationService
 from app.errors import BadRequest, Forbidden
 from app.jobs.service import JobService
@@ -61,6 +62,7 @@ DONE_MESSAGES = {
     "preserved": "The session is preserved (kept past its expiry).",
     "unpreserved": "The session is no longer preserved.",
     "restored": "The session was restored from the archive.",
+    "resolved": "Resolved: the session is active again and its held tasks run.",
     "breaker-open": "The breaker is open: the agent is isolated on every replica.",
     "breaker-closed": "The breaker is closed: the agent takes calls again.",
     "requeued": "Requeued as a new task.",
@@ -348,6 +350,20 @@ class ConsoleController(Controller):
             operator.principal.name,
         )
         return _done(f"/console/sessions/{session_id}", "preserved" if keep else "unpreserved")
+
+    @post("/sessions/{session_id:uuid}/resolve", status_code=303)
+    async def resolve(
+        self,
+        request: AnyRequest,
+        session_id: FromPath[UUID],
+        escalation: NamedDependency[EscalationService],
+    ) -> Redirect:
+        """Resolve an escalated session with a note, as the API's resolve does (recorded,
+        announced, its held tasks run): the admin key or a coordination_manager key."""
+        form = await request.form()
+        note = _form_text(form, "note", max_chars=2000)
+        await escalation.resolve(session_id, note, operator_of(request).principal)
+        return _done(f"/console/sessions/{session_id}", "resolved")
 
     @post("/sessions/{session_id:uuid}/restore", status_code=303)
     async def restore(

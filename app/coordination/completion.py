@@ -9,6 +9,9 @@ the task, and the event ``task.completed`` goes to subscribers, written by the s
 statement as the version. A task that failed for good closes its step as failed and emits
 ``task.failed`` (the task queue's dead letter has already escalated the session). A task
 whose caller got its answer in time (not detached) is the turn's, and nothing happens here.
+A task of a turn on a branch ends on that branch (its version, its memories, a decision
+naming it); if the branch was merged or deleted meanwhile, only the event goes out
+(``applied: false``).
 """
 
 from __future__ import annotations
@@ -24,7 +27,6 @@ from app.clock import Clock
 from app.coordination.answers import RepairKind
 from app.coordination.breakers import BreakerRegistry
 from app.coordination.escalation import EscalationService, StepEvent
-from app.coordination.memory_updates import apply_memory_updates
 from app.coordination.outcome import response_text
 from app.coordination.rules import RulesService
 from app.coordination.schemas import (
@@ -33,15 +35,14 @@ from app.coordination.schemas import (
     DecisionResponse,
     MemoryUpdateOutcome,
 )
+from app.coordination.target import TurnTarget, TurnTargets
 from app.coordination.tasks import TaskInput, answer_of, read_input, task_url
 from app.coordination.turn import TaskEnd, apply_task_end
 from app.db.pool import Database
 from app.errors import Conflict, NotFound
 from app.events.schemas import NewEvent
 from app.events.service import EventService
-from app.memories.service import MemoryService
 from app.sessions.schemas import Session, SessionContent
-from app.sessions.service import SessionService
 from app.sessions.state import content_of
 from app.tasks.schemas import Task
 
@@ -58,8 +59,7 @@ class TaskCompletion:
         self,
         database: Database,
         clock: Clock,
-        sessions: SessionService,
-        memories: MemoryService,
+        targets: TurnTargets,
         breakers: BreakerRegistry,
         events: EventService,
         rules: RulesService,
@@ -67,8 +67,7 @@ class TaskCompletion:
     ) -> None:
         self._db = database
         self._clock = clock
-        self._sessions = sessions
-        self._memories = memories
+        self._targets = targets
         self._breakers = breakers
         self._events = events
         self._rules = rules
@@ -94,17 +93,17 @@ class TaskCompletion:
         repaired_from: RepairKind | None,
     ) -> None:
         assert task.session_id is not None
+        target = self._targets.of(task.session_id, data.turn.branch)
         reply = response_text(response.output_data)
-        event = NewEvent("task.completed", _payload(task, reply=_clip(reply)))
-        try:
-            session = await self._sessions.get_session(task.session_id)
-        except NotFound:
-            return  # the session (and so its task) is gone: nobody to tell
+        event = NewEvent("task.completed", _payload(task, target, reply=_clip(reply)))
+        session = await self._read(target, event)
+        if session is None:
+            return
         memories = MemoryUpdateOutcome()
         async with self._db.connection() as conn:
             agent = await agents_repo.get_agent_by_name(conn, task.agent_name)
         if agent is not None:
-            memories = await apply_memory_updates(self._memories, agent, session, response)
+            memories = await target.remember(agent, session, response)
         breaker = self._breakers.peek(task.agent_name)
         end = TaskEnd(
             task_id=str(task.task_id),
@@ -167,7 +166,7 @@ class TaskCompletion:
             logger.warning(
                 "task %s: %d memory updates rejected", task.task_id, len(memories.rejected)
             )
-        await self._apply(task, session, end, event, decision)
+        await self._apply(task, target, session, end, event, decision)
         if decided.escalates:
             await self._escalation.escalate(
                 task.session_id, task.created_by, decided, task_id=task.task_id
@@ -175,11 +174,13 @@ class TaskCompletion:
 
     async def _failed(self, task: Task, data: TaskInput) -> None:
         assert task.session_id is not None
+        target = self._targets.of(task.session_id, data.turn.branch)
         error = task.last_error or f"task {task.status}"
-        event = NewEvent("task.failed", _payload(task, error=_clip(error)))
-        try:
-            session = await self._sessions.get_session(task.session_id)
-        except NotFound:
+        event = NewEvent("task.failed", _payload(task, target, error=_clip(error)))
+        # A canceled task is someone's decision, not news for subscribers.
+        told = event if task.status == "failed" else None
+        session = await self._read(target, told)
+        if session is None:
             return
         end = TaskEnd(
             task_id=str(task.task_id),
@@ -188,12 +189,28 @@ class TaskCompletion:
             reply=error,
             pending_action_id=data.turn.pending_action_id,
         )
-        # A canceled task is someone's decision, not news for subscribers.
-        await self._apply(task, session, end, event if task.status == "failed" else None, None)
+        await self._apply(task, target, session, end, told, None)
+
+    async def _read(self, target: TurnTarget, event: NewEvent | None) -> Session | None:
+        """The document the task's turn was written to. Gone: None, and for a branch (its
+        session lives on) the event alone goes out; a session that is gone (and so its
+        task) has nobody to tell."""
+        try:
+            return await target.current()
+        except NotFound:
+            if target.branch is not None:
+                await self._not_applied(event)
+            return None
+
+    async def _not_applied(self, event: NewEvent | None) -> None:
+        if event is not None:
+            payload = {**event.payload, "applied": False}
+            await self._events.emit(NewEvent(event.event_type, payload))
 
     async def _apply(
         self,
         task: Task,
+        target: TurnTarget,
         session: Session,
         end: TaskEnd,
         event: NewEvent | None,
@@ -206,24 +223,18 @@ class TaskCompletion:
             return apply_task_end(content_of(current), now, end)
 
         try:
-            await self._sessions.apply_change(
-                session.session_id,
-                task.created_by,
-                mutate,
-                read=session,
-                decision=decision,
-                event=event,
+            await target.write(
+                task.created_by, mutate, read=session, decision=decision, event=event
             )
         except (Conflict, NotFound) as refused:
             logger.info("task %s: not applied to its session: %s", task.task_id, refused)
-            if event is not None:
-                payload = {**event.payload, "applied": False}
-                await self._events.emit(NewEvent(event.event_type, payload))
+            await self._not_applied(event)
 
 
-def _payload(task: Task, **extra: Any) -> dict[str, Any]:
+def _payload(task: Task, target: TurnTarget, **extra: Any) -> dict[str, Any]:
     """What a task.completed / task.failed event says (the statement that writes it adds
-    the session_version and decision_id)."""
+    the session_version, or on a branch the branch_version, and the decision_id)."""
+    where = {} if target.branch is None else {"branch": target.branch}
     return {
         "task_id": str(task.task_id),
         "task_url": task_url(task.task_id),
@@ -234,6 +245,7 @@ def _payload(task: Task, **extra: Any) -> dict[str, Any]:
         "status": task.status,
         "attempts": task.attempt,
         "applied": True,
+        **where,
         **extra,
     }
 

@@ -174,6 +174,35 @@ class SessionMessageController(Controller):
         return waited_response(result, budget)
 
     @post(
+        "/branches/{name:str}/messages",
+        status_code=200,
+        summary="Send a user message through the coordinator, on a branch",
+        response_headers=WAIT_HEADERS,
+        responses=ACCEPTED_RESPONSE,
+        tags=["branches"],
+    )
+    async def branch_message(
+        self,
+        request: AnyRequest,
+        session_id: FromPath[UUID],
+        name: FromPath[str],
+        data: JSONBody[MessageRequest],
+        coordinator: Coordinator,
+        prefer: PreferHeader = None,
+    ) -> Response[MessageResult | MessageAccepted]:
+        """As a message to the session, coordinated on the branch: the agent is sent the
+        branch's content and the memories it sees on the branch, the turn is written as the
+        branch's next version (``session_version`` is the branch's, ``branch`` names it),
+        its memory updates are the branch's, its decision names the branch, and a late
+        answer lands on the branch. Main changes when the branch is merged. 404 for an
+        unknown branch, 409 for a merged one."""
+        budget = coordinator.budget(parse_prefer(request.headers.getall("prefer", [])))
+        result = await coordinator.handle_message(
+            session_id, data, request.user, budget, branch=name
+        )
+        return waited_response(result, budget)
+
+    @post(
         "/pending/next",
         status_code=200,
         summary="Process the next pending action",

@@ -1,14 +1,16 @@
-"""Calling an agent: the seed's request format over HTTP, through the agent's circuit
-breaker, with retries (exponential backoff and jitter) outside the breaker, all within the
-agent's timeout_ms. An answer that is not quite JSON is repaired (app/coordination/answers.py).
-Any failure ends in a result the caller turns into a fallback."""
+"""Calling an agent: the seed's request format over HTTP, or A2A SendMessage for an agent
+whose card declares an A2A interface (app/outbound/a2a.py, its answer mapped by
+app/coordination/a2a_answers.py), through the agent's circuit breaker, with retries
+(exponential backoff and jitter) outside the breaker, all within the agent's timeout_ms.
+An answer that is not quite JSON is repaired (app/coordination/answers.py). Any failure
+ends in a result the caller turns into a fallback."""
 
 from __future__ import annotations
 
 import asyncio
 import random
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,6 +20,13 @@ from pydantic import ValidationError
 
 from app.agents.schemas import Agent
 from app.common.jsonbody import decode_json
+from app.coordination.a2a_answers import (
+    A2AAnswerFailed,
+    A2AContinuation,
+    A2AOutcome,
+    a2a_message,
+    outcome_of,
+)
 from app.coordination.answers import RepairKind, repair_answer
 from app.coordination.breaker import AsyncCircuitBreaker, BreakerOpen
 from app.coordination.intents import DetectedIntent
@@ -26,10 +35,13 @@ from app.coordination.schemas import (
     AgentInput,
     AgentRequest,
     AgentResponse,
+    BranchAgentContext,
     ClassifierContext,
     ClassifierInput,
 )
 from app.errors import MalformedJson, TooDeeplyNested, ValidationFailed
+from app.memories.schemas import BranchMemory
+from app.outbound.a2a import A2AClient, A2AFailure, A2AInterface
 from app.outbound.policy import OutboundRefused
 from app.sessions.schemas import Session
 
@@ -57,6 +69,8 @@ class Answer:
 
     response: AgentResponse
     repaired: RepairKind | None = None
+    # An A2A agent's answer: the remote task's state, and what to continue if it asks.
+    a2a: A2AOutcome | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,7 +110,8 @@ class AgentClient:
     refuses a URL or address the outbound policy refuses, which is a failed attempt like
     any other (the breaker counts it, the fallback answers) that no retry would change.
     An answer longer than ``max_answer_bytes`` is not read past that (a failed attempt);
-    one that is not JSON is repaired when it is at most ``repair_max_bytes`` long."""
+    one that is not JSON is repaired when it is at most ``repair_max_bytes`` long. An
+    agent with an A2A interface (``a2a_url``) is sent A2A SendMessage by ``a2a``."""
 
     def __init__(
         self,
@@ -105,8 +120,10 @@ class AgentClient:
         *,
         max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES,
         repair_max_bytes: int = DEFAULT_REPAIR_MAX_BYTES,
+        a2a: A2AClient | None = None,
     ) -> None:
         self._http = http
+        self._a2a = a2a
         self._retry = retry or RetryPolicy()
         self._max_answer_bytes = max_answer_bytes
         self._repair_max_bytes = repair_max_bytes
@@ -119,8 +136,10 @@ class AgentClient:
         deadline = started + agent.timeout_ms / 1000
         attempts = 0
         error: str | None = None
-        if not agent.url:
-            return CallResult(None, 0, "agent has no url configured", 0)
+        try:
+            send = self._sender(agent, request)
+        except AgentCallFailed as failure:
+            return CallResult(None, 0, failure.reason, 0)
         for attempt in range(agent.retry_attempts + 1):
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -128,9 +147,7 @@ class AgentClient:
                 break
             try:
                 attempts += 1
-                answer = await breaker.call(
-                    lambda: self._post(agent.url or "", request), timeout=remaining
-                )
+                answer = await breaker.call(send, timeout=remaining)
                 return CallResult(
                     answer.response, attempts, None, _ms_since(started), answer.repaired
                 )
@@ -158,14 +175,53 @@ class AgentClient:
         agent: Agent,
         breaker: AsyncCircuitBreaker,
         request: AgentRequest | Mapping[str, Any],
+        continuation: A2AContinuation | None = None,
     ) -> Answer:
         """One HTTP attempt through the agent's breaker within its timeout, without the
         in-call retries: a durable task's retries replace them (app/tasks/agent_call.py).
-        Raises ``BreakerOpen`` (nothing sent), ``TimeoutError`` or ``AgentCallFailed``."""
+        ``continuation``: the remote A2A task the request continues (an A2A agent asked
+        for input). Raises ``BreakerOpen`` (nothing sent), ``TimeoutError`` or
+        ``AgentCallFailed``."""
+        send = self._sender(agent, request, continuation)
+        return await breaker.call(send, timeout=agent.timeout_ms / 1000)
+
+    def _sender(
+        self,
+        agent: Agent,
+        request: AgentRequest | Mapping[str, Any],
+        continuation: A2AContinuation | None = None,
+    ) -> Callable[[], Awaitable[Answer]]:
+        """One attempt of ``request`` to ``agent``, ready to run: A2A SendMessage when its
+        card declares an A2A interface, else the seed's JSON request to its url."""
+        if agent.a2a_url and self._a2a is not None:
+            interface = A2AInterface(agent.a2a_url, agent.a2a_protocol_version or "1.0")
+            return lambda: self._send_a2a(interface, request, continuation)
         url = agent.url
         if not url:
             raise AgentCallFailed("agent has no url configured", retryable=False)
-        return await breaker.call(lambda: self._post(url, request), timeout=agent.timeout_ms / 1000)
+        return lambda: self._post(url, request)
+
+    async def _send_a2a(
+        self,
+        interface: A2AInterface,
+        request: AgentRequest | Mapping[str, Any],
+        continuation: A2AContinuation | None,
+    ) -> Answer:
+        """One A2A SendMessage: the answer mapped to the seed's response, or a failure
+        classified as the seed's protocol's are (what the breaker counts, what is retried)."""
+        assert self._a2a is not None
+        request_id = _request_id(request)
+        try:
+            answer = await self._a2a.send_message(
+                interface, a2a_message(request, continuation), request_id or ""
+            )
+            outcome = outcome_of(answer, request_id)
+        except A2AFailure as failure:
+            reason = MALFORMED_ANSWER if failure.malformed else failure.reason
+            raise AgentCallFailed(reason, retryable=failure.retryable) from None
+        except A2AAnswerFailed as failure:
+            raise AgentCallFailed(failure.reason, retryable=failure.retryable) from None
+        return Answer(outcome.response, a2a=outcome)
 
     async def _post(self, url: str, request: AgentRequest | Mapping[str, Any]) -> Answer:
         try:
@@ -254,9 +310,24 @@ def agent_request(
     secondaries: Sequence[DetectedIntent],
     context_flags: list[str],
     request_id: str,
+    branch: str | None = None,
+    memories: Sequence[BranchMemory] = (),
 ) -> AgentRequest:
     """What ``agent`` is sent to handle ``intent`` of a message: the intent and its clause,
-    the other intents found, and the session as the API shows it."""
+    the other intents found, and the session as the API shows it; on a ``branch``, the
+    branch's content, its name and the ``memories`` the agent sees on it."""
+    shown = (
+        session.session_type,
+        session.session_state,
+        session.current_agent,
+        session.progress_percentage,
+        context_flags,
+    )
+    context = (
+        AgentContext(*shown)
+        if branch is None
+        else BranchAgentContext(*shown, branch=branch, memories=list(memories))
+    )
     return AgentRequest(
         agent_name=agent.name,
         request_id=request_id,
@@ -268,13 +339,7 @@ def agent_request(
             clause=intent.clause,
             secondary_intents=[i.intent for i in secondaries],
         ),
-        context=AgentContext(
-            session_type=session.session_type,
-            session_state=session.session_state,
-            current_agent=session.current_agent,
-            progress_percentage=session.progress_percentage,
-            context_flags=context_flags,
-        ),
+        context=context,
         priority=intent.score,
         timeout_ms=agent.timeout_ms,
     )
@@ -299,6 +364,14 @@ def classifier_request(
         priority=0,
         timeout_ms=classifier.timeout_ms,
     )
+
+
+def _request_id(request: AgentRequest | Mapping[str, Any]) -> str | None:
+    """The request id a request carries, if any."""
+    if isinstance(request, AgentRequest):
+        return request.request_id
+    found = request.get("request_id")
+    return found if isinstance(found, str) else None
 
 
 def _ms_since(started: float) -> int:

@@ -268,8 +268,10 @@ class TurnOutcome:
         decision_id: UUID,
         rules: IntentRules,
         execution_time_ms: int,
+        branch: str | None = None,
     ) -> MessageResult:
-        """The caller's answer, with ``session`` as the turn left it."""
+        """The caller's answer, with ``session`` as the turn left it (the ``branch``'s
+        content and version when the turn was written to a branch)."""
         fallback, handed_to = self.fallback, self.handed_to
         return MessageResult(
             decision_id=decision_id,
@@ -294,10 +296,11 @@ class TurnOutcome:
             repaired=self.repaired_from is not None,
             task_id=self.task.task_id if self.task else None,
             task_url=task_url(self.task.task_id) if self.task else None,
+            branch=branch,
         )
 
     def accepted_result(
-        self, session: Session, decision_id: UUID, rules: IntentRules
+        self, session: Session, decision_id: UUID, rules: IntentRules, branch: str | None = None
     ) -> MessageAccepted:
         """The caller's 202 (Prefer: respond-async): the task working on the message."""
         task = self.task
@@ -313,6 +316,7 @@ class TurnOutcome:
             agent=self.route.agent.name if self.route else None,
             intents=[intent_view(i, rules) for i in self.prio.intents],
             pending_actions=session.session_state.get("pending_actions", []),
+            branch=branch,
         )
 
 

@@ -16,6 +16,7 @@ from app.common.validation import MAX_JSON_DEPTH, reject_deep_json
 from app.coordination.answers import RepairKind
 from app.coordination.breaker import BreakerState
 from app.coordination.intents import SERVER_MODIFIERS, IntentRules
+from app.memories.schemas import BranchMemory
 
 
 def _not_server_only(flag: str) -> str:
@@ -109,6 +110,16 @@ class AgentContext:
 
 
 @dataclass(frozen=True, slots=True)
+class BranchAgentContext(AgentContext):
+    """An agent's ``context`` for a message on a branch: the branch's content (as above),
+    the branch's name, and the memories the agent may read as the branch sees them (its
+    own values over main's), newest first."""
+
+    branch: str
+    memories: list[BranchMemory]
+
+
+@dataclass(frozen=True, slots=True)
 class ClassifierInput:
     """The AI classifier's ``input_data``: the message and the intents it may name."""
 
@@ -133,7 +144,7 @@ class AgentRequest:
     user_id: str | None
     session_id: str | None
     input_data: AgentInput | ClassifierInput
-    context: AgentContext | ClassifierContext
+    context: AgentContext | BranchAgentContext | ClassifierContext
     priority: int
     timeout_ms: int
 
@@ -276,6 +287,9 @@ class MessageResult:
     # means the session is now escalated and takes no messages until a person resolves it.
     next_step: NextStepRecord | None = None
     session_status: str = "active"
+    # The branch the turn was written to (POST .../branches/{branch}/messages): then
+    # ``session_version`` is the branch's version. None: the session itself.
+    branch: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -294,6 +308,8 @@ class MessageAccepted:
     intents: list[IntentView]
     pending_actions: list[JsonObject]
     next_step: NextStepRecord | None = None
+    # As in MessageResult: the branch the turn was written to, or None.
+    branch: str | None = None
 
 
 class ResolveRequest(BaseModel):
@@ -394,6 +410,9 @@ class DecisionRecord(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=Tr
     task_id: UUID | None = None
     # What the session does next, decided after this (NULL on decisions from before it).
     next_step: NextStepRecord | None = None
+    # The branch the turn was written to (its session_version is the branch's version);
+    # None: the session itself. Set by the statement that stores the decision.
+    branch: str | None = None
 
 
 class Decision(DecisionRecord, frozen=True, kw_only=True, omit_defaults=False):

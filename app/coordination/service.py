@@ -10,8 +10,9 @@ where a failed orchestrator passes a request), ``dispatch`` (calling an agent),
 session turn and the answer, made of what happened), ``turn`` (the session update),
 ``pending`` (the queue), ``prefer`` (the wait budget), ``tasks`` (an agent step as a task,
 and the wait), ``completion`` (a task's late answer, applied to the session), ``next_step``
-(what the session does next, by rules as data) and ``escalation`` (the next step's
-counters, manual intervention and its resolution).
+(what the session does next, by rules as data), ``escalation`` (the next step's
+counters, manual intervention and its resolution) and ``target`` (where a turn is read
+and written: the session itself or one of its branches).
 """
 
 from __future__ import annotations
@@ -50,7 +51,6 @@ from app.coordination.intents import (
     prioritize,
     with_agent_availability,
 )
-from app.coordination.memory_updates import apply_memory_updates
 from app.coordination.outcome import (
     AgentStep,
     TurnOutcome,
@@ -80,17 +80,25 @@ from app.coordination.schemas import (
     MessageRequest,
     MessageResult,
 )
-from app.coordination.tasks import AgentTasks, TaskTurn, Waited, task_input, task_priority
+from app.coordination.target import TurnTarget, TurnTargets
+from app.coordination.tasks import (
+    AgentTasks,
+    TaskTurn,
+    Waited,
+    continuation_of,
+    read_input,
+    task_input,
+    task_priority,
+)
 from app.coordination.turn import Turn, apply_turn
 from app.db.pool import Database
 from app.errors import Conflict
 from app.memories.schemas import Memory
-from app.memories.service import MemoryService
 from app.sessions.schemas import PendingAction, Session, SessionContent
 from app.sessions.service import SessionService, require_open
 from app.sessions.state import content_of, evolve
 from app.settings import CoordinationSettings
-from app.tasks.schemas import NewTask
+from app.tasks.schemas import NewTask, Task
 from app.tracing import current_trace_id
 
 # Where fallbacks look for what the user told us about their finances, and how much of it.
@@ -102,6 +110,8 @@ PROFILE_READ_LIMIT = 50
 class _Message:
     """One message (or queued action) being coordinated: what each step of it reads."""
 
+    # Where the turn is written: the session itself or a branch (``session`` shows it).
+    target: TurnTarget
     session: Session
     text: str
     flags: list[str]
@@ -116,6 +126,8 @@ class _Message:
     deadline: float
     # The queued action the turn processes (POST .../pending/next).
     pending: PendingAction | None = None
+    # The session's task that waits for the user's input, which this message answers.
+    resume: Task | None = None
 
     def remaining(self) -> float:
         """Seconds left of the wait budget."""
@@ -131,7 +143,7 @@ class CoordinationService:
         clock: Clock,
         settings: CoordinationSettings,
         sessions: SessionService,
-        memories: MemoryService,
+        targets: TurnTargets,
         rules: RulesService,
         breakers: BreakerRegistry,
         agents: AgentClient,
@@ -142,7 +154,7 @@ class CoordinationService:
         self._clock = clock
         self._settings = settings
         self._sessions = sessions
-        self._memories = memories
+        self._targets = targets
         self._rules = rules
         self._breakers = breakers
         self._agents = agents
@@ -197,13 +209,18 @@ class CoordinationService:
         data: MessageRequest,
         principal: Principal,
         budget: WaitBudget | None = None,
+        branch: str | None = None,
     ) -> MessageResult | MessageAccepted:
         """Coordinate one user message end to end, waiting for its agent's task up to
         ``budget`` (default: the configured wait); MessageAccepted when the budget says
-        respond-async and the task still works."""
-        session = await self._open_session(session_id)
+        respond-async and the task still works. On ``branch``: read from and written to
+        that branch of the session (404 unknown, 409 merged), main untouched."""
+        target = self._targets.of(session_id, branch)
+        session = await target.document()
+        refuse_if_escalated(session)  # it waits for a person: nothing is processed
+        flags = set(data.context_flags)
         return await self._coordinate(
-            session, data.text, set(data.context_flags), principal, None, budget or self.budget()
+            target, session, data.text, flags, principal, None, budget or self.budget()
         )
 
     async def next_pending(
@@ -232,8 +249,9 @@ class CoordinationService:
         )
         action = claimed[0]
         text = action.description or action.type
+        target = self._targets.of(session_id)
         return await self._coordinate(
-            session, text, set(), principal, action, budget or self.budget()
+            target, session, text, set(), principal, action, budget or self.budget()
         )
 
     async def list_decisions(
@@ -252,6 +270,7 @@ class CoordinationService:
 
     async def _coordinate(
         self,
+        target: TurnTarget,
         session: Session,
         text: str,
         caller_flags: set[str],
@@ -261,21 +280,31 @@ class CoordinationService:
     ) -> MessageResult | MessageAccepted:
         """Classify and rank (or take the claimed action), route, run the agent's task
         and wait for it (or answer with its fallback), then write the session change and
-        its decision with one statement."""
+        its decision with one statement (to ``target``: the session or a branch)."""
         started = time.monotonic()
         content_of(session)  # a session that cannot be written is refused before any work
         loaded, agents = await self._load()
         rules = loaded.intents
         flags = sorted(caller_flags | session_flags(session))
-        if pending is None:
+        resume = None if pending is not None else await self._awaiting_input(session, agents)
+        found: Route | None
+        if resume is not None:
+            # An A2A agent asked the user a question: this message is the answer, and goes
+            # to the same agent's task (and the same remote task), not through routing.
+            waiting, waiting_agent = resume
+            prio, classifier = _answering(waiting, text), "input_required"
+            found = Route(waiting_agent, f"input_required:{waiting.task_id}")
+        elif pending is None:
             intents, classifier = await self._classify(text, flags, rules, agents, session)
             prio = self._prioritize(intents, rules, agents)
+            found = route(prio.primary, agents, self._policy) if prio.primary else None
         else:
             prio, classifier = as_prioritization(pending, text, rules), "pending_action"
-        found = route(prio.primary, agents, self._policy) if prio.primary is not None else None
+            found = route(prio.primary, agents, self._policy) if prio.primary else None
         outcome = TurnOutcome(flags, classifier, prio, found)
         if found is not None:
             msg = _Message(
+                target,
                 session,
                 text,
                 flags,
@@ -287,6 +316,7 @@ class CoordinationService:
                 budget,
                 time.monotonic() + budget.seconds,
                 pending,
+                resume[0] if resume is not None else None,
             )
             outcome = replace(outcome, steps=await self._run(found, prio, msg))
         decision = outcome.decision(
@@ -304,8 +334,8 @@ class CoordinationService:
             return apply_turn(content_of(current), now, turn)
 
         # The decision is stored by the statement that writes the session (same version).
-        updated, decision_id = await self._sessions.apply_change(
-            session.session_id, principal.name, mutate, read=session, decision=decision
+        updated, decision_id = await target.write(
+            principal.name, mutate, read=session, decision=decision
         )
         if decision_id is None:  # the statement writes both or neither
             raise RuntimeError("The session was written without its decision.")
@@ -320,9 +350,9 @@ class CoordinationService:
             )
             status = "escalated" if escalated is not None else status
         if outcome.accepted:
-            accepted = outcome.accepted_result(updated, decision_id, rules)
+            accepted = outcome.accepted_result(updated, decision_id, rules, target.branch)
             return replace(accepted, next_step=decided.record)
-        result = outcome.result(updated, decision_id, rules, _ms_since(started))
+        result = outcome.result(updated, decision_id, rules, _ms_since(started), target.branch)
         return replace(result, next_step=decided.record, session_status=status)
 
     def _step_event(self, session: Session, outcome: TurnOutcome, turn: Turn) -> StepEvent:
@@ -377,11 +407,20 @@ class CoordinationService:
         it answered in time, else its rule-based fallback (for ``direct_agent_routing``,
         with the agent it passes to), or nothing yet when the caller asked for a 202."""
         breaker = self._breakers.breaker_for(agent)
+        branch, memories = await msg.target.agent_memories(agent)
         request = agent_request(
-            agent, msg.session, msg.text, intent, secondaries, msg.flags, _new_id()
+            agent,
+            msg.session,
+            msg.text,
+            intent,
+            secondaries,
+            msg.flags,
+            _new_id(),
+            branch,
+            memories,
         )
         waited = None
-        if not agent.url:
+        if not agent.url and not agent.a2a_url:
             call = CallResult(None, 0, "agent has no url configured", 0)
         elif breaker.refusing() is not None and kind != "pending_action":
             # The fallback answers now, as it would have; what it cannot do waits in the
@@ -394,8 +433,8 @@ class CoordinationService:
         detached = waited.detached if waited else False
         state = breaker.snapshot().state
         if call.ok and call.response is not None:
-            memories = await apply_memory_updates(self._memories, agent, msg.session, call.response)
-            return AgentStep(agent, intent, call, None, memories, state, task=task)
+            stored = await msg.target.remember(agent, msg.session, call.response)
+            return AgentStep(agent, intent, call, None, stored, state, task=task)
         if detached and msg.budget.respond_async:
             # 202: the task's answer is the answer, applied when it comes; no fallback.
             return AgentStep(
@@ -440,6 +479,7 @@ class CoordinationService:
             intent=decided_intent(intent),
             routed_by=routed_by,
             pending_action_id=msg.pending.id if msg.pending and kind == "pending_action" else None,
+            branch=msg.target.branch,
         )
         new = NewTask(
             agent_name=agent.name,
@@ -449,9 +489,14 @@ class CoordinationService:
             user_id=str(msg.session.user_id),
             priority=task_priority(intent.score),
         )
+        resume = None
+        waiting = msg.resume
+        if waiting is not None and waiting.agent_name == agent.name and kind == "message":
+            # The same task works again, sending the same remote task and context.
+            resume = (waiting, task_input(request, turn, continuation_of(waiting)))
         budget = 0.0 if breaker.refusing() is not None else msg.remaining()
         return await self._agent_tasks.run(
-            new, msg.principal.name, request.request_id, budget, agent
+            new, msg.principal.name, request.request_id, budget, agent, resume
         )
 
     async def _classify(
@@ -500,15 +545,13 @@ class CoordinationService:
         strategy = agent.fallback_strategy or ""
 
         async def read_profile() -> list[Memory]:
-            async with self._db.connection() as conn:
-                return await self._memories.read_user_category(
-                    conn,
-                    msg.session.user_id,
-                    PROFILE_CATEGORY,
-                    msg.principal,
-                    purpose=f"fallback:{strategy}",
-                    limit=PROFILE_READ_LIMIT,
-                )
+            return await msg.target.read_category(
+                msg.session,
+                PROFILE_CATEGORY,
+                msg.principal,
+                f"fallback:{strategy}",
+                PROFILE_READ_LIMIT,
+            )
 
         ctx = FallbackContext(
             strategy=strategy,
@@ -526,6 +569,22 @@ class CoordinationService:
 
     # -- helpers -----------------------------------------------------------------------
 
+    async def _awaiting_input(
+        self, session: Session, agents: list[Agent]
+    ) -> tuple[Task, Agent] | None:
+        """The session's task that waits for the user's input, and its agent, when the
+        agent can still be called and the remote task continued; else None (the message is
+        routed as any other)."""
+        task = await self._agent_tasks.awaiting_input(session.session_id)
+        if task is None or task.kind not in ("message", "handoff"):
+            return None
+        agent = next((a for a in agents if a.name == task.agent_name), None)
+        if agent is None or not agent.enabled or not agent.a2a_url:
+            return None
+        if continuation_of(task) is None:
+            return None
+        return task, agent
+
     async def _open_session(self, session_id: UUID) -> Session:
         session = await self._sessions.get_session(session_id)
         require_open(session)
@@ -538,6 +597,22 @@ class CoordinationService:
             agents = await agents_repo.list_agents(conn)
             rules = await self._rules.current(conn, intent_agents(agents))
         return rules, agents
+
+
+def _answering(task: Task, text: str) -> Prioritization:
+    """A message answering a task's question, as the turn's only intent: the intent the
+    task was asked to handle, with its score (not scored again)."""
+    asked = read_input(task).turn.intent
+    answer = DetectedIntent(
+        intent=asked.intent,
+        clause=text,
+        position=0,
+        matched=("input_required",),
+        base_weight=asked.base_weight,
+        modifiers=(),
+        score=asked.score,
+    )
+    return Prioritization(intents=(answer,), primary=answer, secondaries=(), clarification=None)
 
 
 def _ms_since(started: float) -> int:

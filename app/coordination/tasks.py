@@ -24,11 +24,12 @@ from uuid import UUID
 import msgspec
 
 from app.agents.schemas import Agent
+from app.coordination.a2a_answers import A2AContinuation
 from app.coordination.answers import RepairKind
 from app.coordination.dispatch import CallResult
 from app.coordination.schemas import AgentRequest, AgentResponse, DecidedIntent
 from app.tasks.agent_call import AgentCall
-from app.tasks.schemas import NewTask, Task, TaskDelayed, TaskFailed
+from app.tasks.schemas import NewTask, Task, TaskDelayed, TaskFailed, TaskInputRequired
 from app.tasks.service import TaskService
 
 # The kinds whose tasks this module runs (app/tasks registers the generic agent_call).
@@ -39,6 +40,9 @@ TASK_PATH = "/v1/tasks/{task_id}"
 # the rest of the document is the agent's answer (the seed's response_format). The same
 # key as agent_call tasks' (app/tasks/agent_call.py).
 REPAIRED_KEY = "repaired"
+# The result document's key, while the task waits for the user's input, for the remote A2A
+# task and context the user's next message continues.
+CONTINUE_KEY = "a2a_continue"
 
 
 def task_url(task_id: UUID) -> str:
@@ -54,7 +58,7 @@ def task_priority(score: int) -> int:
 class TaskTurn(msgspec.Struct, frozen=True, kw_only=True):
     """What the turn that submitted a task knew, for applying its late answer: the message,
     how it was read and routed, the intent the agent was asked to handle, the queued action
-    it works on (kind pending_action)."""
+    it works on (kind pending_action), the branch it was on."""
 
     message: str
     context_flags: list[str]
@@ -62,21 +66,40 @@ class TaskTurn(msgspec.Struct, frozen=True, kw_only=True):
     intent: DecidedIntent
     routed_by: str | None
     pending_action_id: str | None = None
+    # The branch the turn was written to, where the late answer goes; None: the session.
+    branch: str | None = None
 
 
-class TaskInput(msgspec.Struct, frozen=True, kw_only=True):
+class TaskInput(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """A coordinator task's input: what the agent is sent (the seed's request_format, as
-    posted) and the turn it belongs to."""
+    posted), the turn it belongs to and, for an A2A agent that asked for input, the remote
+    task the request continues."""
 
     request: dict[str, Any]
     turn: TaskTurn
+    a2a: A2AContinuation | None = None
 
 
-def task_input(request: AgentRequest, turn: TaskTurn) -> dict[str, Any]:
-    """The input document of a task that sends ``request``."""
+def task_input(
+    request: AgentRequest, turn: TaskTurn, continuation: A2AContinuation | None = None
+) -> dict[str, Any]:
+    """The input document of a task that sends ``request`` (continuing ``continuation``)."""
     posted = msgspec.to_builtins(request)
-    document: dict[str, Any] = msgspec.to_builtins(TaskInput(request=posted, turn=turn))
+    document: dict[str, Any] = msgspec.to_builtins(
+        TaskInput(request=posted, turn=turn, a2a=continuation)
+    )
     return document
+
+
+def continuation_of(task: Task) -> A2AContinuation | None:
+    """The remote A2A task a task waiting for input continues when the user answers."""
+    found = task.result.get(CONTINUE_KEY) if task.interrupted and task.result else None
+    if not isinstance(found, dict):
+        return None
+    try:
+        return msgspec.convert(found, A2AContinuation)
+    except msgspec.ValidationError:
+        return None
 
 
 def read_input(task: Task) -> TaskInput:
@@ -85,10 +108,12 @@ def read_input(task: Task) -> TaskInput:
 
 
 def answer_of(task: Task) -> tuple[AgentResponse, RepairKind | None] | None:
-    """The agent's answer a completed task holds, and how its JSON was repaired."""
-    if task.status != "completed" or task.result is None:
+    """The agent's answer a completed task holds (or, while it waits for input, the agent's
+    question), and how its JSON was repaired."""
+    if not (task.status == "completed" or task.interrupted) or task.result is None:
         return None
     document = dict(task.result)
+    document.pop(CONTINUE_KEY, None)
     repaired = document.pop(REPAIRED_KEY, None)
     kind: RepairKind | None = repaired if repaired in ("truncated", "malformed") else None
     return AgentResponse.model_validate(document), kind
@@ -133,6 +158,8 @@ class AgentTasks:
                 # once: the caller's wait returns it, and its fallback answers.)
                 self._attempt_failed(request, failed.reason)
             raise
+        except TaskInputRequired:
+            raise  # an answer (the agent's question): the waiter gets it with the task
         except TaskDelayed as delayed:  # the breaker refuses: no answer before it probes
             self._attempt_failed(request, delayed.reason)
             raise
@@ -144,12 +171,23 @@ class AgentTasks:
         agent = self._agents.pop(str(request.get("request_id")), None)
         if agent is None or agent.name != task.agent_name:
             agent = await self._call.agent(task.agent_name)
+        continuation = None
+        if task.input.get("a2a") is not None:
+            continuation = msgspec.convert(task.input["a2a"], A2AContinuation)
         # What is retried, what waits for the breaker: app/tasks/agent_call.py, for every
         # task that calls an agent.
-        answer = await self._call.attempt(agent, request)
+        answer = await self._call.attempt(agent, request, continuation)
         document: dict[str, Any] = answer.response.model_dump(mode="json")
         if answer.repaired is not None:
             document[REPAIRED_KEY] = answer.repaired
+        outcome = answer.a2a
+        if outcome is not None and outcome.interrupted and outcome.continuation is not None:
+            # The agent asks the user: the task waits, and the user's next message to the
+            # session continues the same remote task (CoordinationService).
+            document[CONTINUE_KEY] = msgspec.to_builtins(outcome.continuation)
+            if outcome.state == "auth-required":
+                raise TaskInputRequired("auth-required", document)
+            raise TaskInputRequired("input-required", document)
         return document
 
     def _attempt_failed(self, request: dict[str, Any], reason: str) -> None:
@@ -159,6 +197,10 @@ class AgentTasks:
 
     # -- waiting (the request) ----------------------------------------------------------
 
+    async def awaiting_input(self, session_id: UUID) -> Task | None:
+        """The session's newest task that waits for the user's input, if any."""
+        return await self._tasks.awaiting_input(session_id)
+
     async def run(
         self,
         new: NewTask,
@@ -166,10 +208,13 @@ class AgentTasks:
         request_id: str,
         budget: float,
         agent: Agent | None = None,
+        resume: tuple[Task, dict[str, Any]] | None = None,
     ) -> Waited:
         """Submit ``new`` (run here) and wait up to ``budget`` seconds for it: its answer,
-        its failure for good, or (budget spent, or an attempt failed) the task detached,
-        going on. ``agent``: the agent as just read, for the first attempt."""
+        its question (it waits for the user's input), its failure for good, or (budget
+        spent, or an attempt failed) the task detached, going on. ``agent``: the agent as
+        just read, for the first attempt. ``resume``: a task waiting for input and the
+        input it resumes with, run instead of ``new`` (``new`` when it no longer waits)."""
         started = time.monotonic()
         loop = asyncio.get_running_loop()
         failed: asyncio.Future[str] = loop.create_future()
@@ -177,9 +222,12 @@ class AgentTasks:
         if agent is not None:
             self._agents[request_id] = agent
         try:
-            task = await self._tasks.submit(new, principal, run_here=True)
+            resumed = None
+            if resume is not None:
+                resumed = await self._tasks.resume(resume[0].task_id, resume[1])
+            task = resumed or await self._tasks.submit(new, principal, run_here=True)
             remaining = budget - (time.monotonic() - started)
-            if not task.terminal and remaining > 0:
+            if not task.settled and remaining > 0:
                 try:
                     task = await self._wait(task, remaining, failed)
                 except asyncio.CancelledError:
@@ -192,10 +240,10 @@ class AgentTasks:
             self._agents.pop(request_id, None)  # not run here (queued): read when claimed
             if not failed.done():
                 failed.cancel()
-        if not task.terminal:
+        if not task.settled:
             task = await self._tasks.detach(task.task_id)  # terminal meanwhile: its answer
         reason = failed.result() if failed.done() and not failed.cancelled() else None
-        return Waited(task, call_of(task, _ms_since(started), reason), not task.terminal)
+        return Waited(task, call_of(task, _ms_since(started), reason), not task.settled)
 
     def _forget_wait(self, done: asyncio.Future[Task]) -> None:
         self._abandoned.discard(done)

@@ -21,7 +21,7 @@ EVENT_TYPES = (
     "task.failed",
     # A durable task failed for good (app/tasks/; written by agent_task_dead_lettered).
     "task.dead_lettered",
-    # (revision 0023) Every new version of a session (session_version_told in schema.sql);
+    # (revision 0024) Every new version of a session (session_version_told in schema.sql);
     # a handoff's version is session.handoff instead.
     "session.version",
     "session.handoff",

@@ -59,3 +59,17 @@ class Sweep:
                 await self._progress(conn, taken, self.details)
             if taken < self._batch_size:
                 return
+
+    async def call_out(self, name: str, work: Callable[[], Awaitable[int]], count: Count) -> None:
+        """A step that calls out (an agent's card fetched over HTTP): ``work`` runs outside
+        any transaction, so that no connection is held while a remote party answers, and
+        says how many it took; the run's progress is recorded after it. A dry run counts."""
+        self.details.setdefault(name, 0)
+        if self._dry_run:
+            async with self._db.connection() as conn:
+                self.details[name] = await count(conn)
+            return
+        taken = await work()
+        self.details[name] += taken
+        async with self._db.transaction(trace=True) as conn:
+            await self._progress(conn, taken, self.details)

@@ -17,6 +17,7 @@ from app.jobs.sweep import Sweep
 from app.settings import SchedulerSettings
 
 if TYPE_CHECKING:
+    from app.agents.service import AgentService
     from app.branches.service import BranchService
     from app.events.service import EventService
     from app.jobs.service import JobService
@@ -53,6 +54,11 @@ class Sweepers(Protocol):
     @property
     def idempotency(self) -> IdempotencyService:
         """Stored webhook answers."""
+        ...
+
+    @property
+    def agents(self) -> AgentService:
+        """The agent registry: discovered agents' cards."""
         ...
 
     @property
@@ -127,6 +133,13 @@ JOBS: dict[str, Job] = {
             "users of sessions about to expire are told once (session.expiring)",
             lambda s: s.warning_interval,
             lambda on: (on.session_lifecycle.warn_expiring,),
+        ),
+        Job(
+            "agent_cards",
+            "the A2A cards of discovered agents are fetched again (skills and interface kept "
+            "current); an agent whose card cannot be fetched or used is marked (card_status)",
+            lambda s: s.agent_cards_interval,
+            lambda on: (on.agents.refresh_cards,),
         ),
     )
 }

@@ -12,7 +12,7 @@ import asyncpg
 from app.common.jsontypes import JsonValue
 from app.db.pool import Connection
 from app.db.queries import QUERIES
-from app.memories.repository import Reader
+from app.memories.repository import Reader, row_values
 from app.memories.schemas import BranchMemory
 
 Q = QUERIES.branch_memories
@@ -50,24 +50,12 @@ def _access(reader: Reader) -> tuple[bool, list[str], str]:
     return reader.is_admin, reader.roles, reader.name
 
 
+# A branch memory row's values, in the order of BranchMemory's fields (Memory's, then branch).
+_branch_memory_values = row_values(BranchMemory.__struct_fields__)
+
+
 def _memory(row: asyncpg.Record) -> BranchMemory:
-    return BranchMemory(
-        memory_id=row["memory_id"],
-        user_id=row["user_id"],
-        session_id=row["session_id"],
-        agent_name=row["agent_name"],
-        memory_type=row["memory_type"],
-        category=row["category"],
-        key=row["key"],
-        content=row["content"],
-        content_size=row["content_size"],
-        access_level=row["access_level"],
-        version=row["version"],
-        created_at=row["created_at"],
-        updated_at=row["updated_at"],
-        expires_at=row["expires_at"],
-        branch=row["branch"],
-    )
+    return BranchMemory(*_branch_memory_values(row))
 
 
 async def get_memory(

@@ -33,26 +33,45 @@ class MergeMark:
 AgentState = Literal["available", "switched_off", "revoked"] | None
 
 
-def _session(row: asyncpg.Record) -> Session:
+def document_fields(row: asyncpg.Record) -> dict[str, Any]:
+    """The versioned document of a row (a session, a branch, a version of either) as the
+    API shows it: the content columns, the mirrored fields shown, its session and version."""
     state, metadata = show_mirrors(
         row["session_state"],
         row["coordination_metadata"],
         row["progress_percentage"],
         row["priority"],
     )
+    return {
+        "session_id": row["session_id"],
+        "version": row["version"],
+        "session_state": state,
+        "agent_sequence": row["agent_sequence"],
+        "coordination_metadata": metadata,
+        "current_agent": row["current_agent"],
+        "progress_percentage": row["progress_percentage"],
+        "priority": row["priority"],
+    }
+
+
+def version_fields(row: asyncpg.Record) -> dict[str, Any]:
+    """A version row (of a session or a branch): its document and how it came to be."""
+    return {
+        **document_fields(row),
+        "changed_by": row["changed_by"],
+        "change_reason": row["change_reason"],
+        "created_at": row["created_at"],
+        "merge_base": row["merge_base"],
+    }
+
+
+def _session(row: asyncpg.Record) -> Session:
     return Session(
-        session_id=row["session_id"],
+        **document_fields(row),
         user_id=row["user_id"],
         session_type=row["session_type"],
         status=row["status"],
-        priority=row["priority"],
-        current_agent=row["current_agent"],
-        agent_sequence=row["agent_sequence"],
-        session_state=state,
-        coordination_metadata=metadata,
-        progress_percentage=row["progress_percentage"],
         preserve=row["preserve"],
-        version=row["version"],
         created_at=row["created_at"],
         updated_at=row["updated_at"],
         last_activity_at=row["last_activity_at"],
@@ -62,26 +81,9 @@ def _session(row: asyncpg.Record) -> Session:
 
 
 def _version(row: asyncpg.Record) -> SessionVersion:
-    state, metadata = show_mirrors(
-        row["session_state"],
-        row["coordination_metadata"],
-        row["progress_percentage"],
-        row["priority"],
-    )
     return SessionVersion(
-        session_id=row["session_id"],
-        version=row["version"],
-        session_state=state,
-        agent_sequence=row["agent_sequence"],
-        coordination_metadata=metadata,
-        current_agent=row["current_agent"],
-        progress_percentage=row["progress_percentage"],
+        **version_fields(row),
         status=row["status"],
-        priority=row["priority"],
-        changed_by=row["changed_by"],
-        change_reason=row["change_reason"],
-        created_at=row["created_at"],
-        merge_base=row["merge_base"],
         merged_branch=row["merged_branch"],
         merged_branch_version=row["merged_branch_version"],
     )

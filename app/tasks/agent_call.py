@@ -1,6 +1,8 @@
 """The handler of ``agent_call`` tasks (and the base of the coordinator's kinds): one
 attempt is ONE HTTP call of the named agent, through its circuit breaker and within its
-timeout, with AgentClient's in-call retries off (the task's retries replace them).
+timeout, with AgentClient's in-call retries off (the task's retries replace them). An
+agent whose card declares an A2A interface is called with A2A SendMessage instead of the
+seed's JSON request (app/coordination/dispatch.py), with the same rules.
 
 How an attempt ends: a valid answer is the task's result (the seed's response_format);
 a timeout, a transport error, a 5xx or 429, a malformed answer (not JSON even after
@@ -18,6 +20,7 @@ from typing import Any
 from app.agents.schemas import Agent
 from app.agents.service import AgentService
 from app.clock import Clock
+from app.coordination.a2a_answers import A2AContinuation
 from app.coordination.breaker import BreakerOpen
 from app.coordination.breakers import BreakerRegistry
 from app.coordination.dispatch import MALFORMED_ANSWER, AgentCallFailed, AgentClient, Answer
@@ -46,12 +49,15 @@ class AgentCall:
             raise TaskFailed(f"agent {name} is disabled", retryable=False)
         return agent
 
-    async def attempt(self, agent: Agent, request: Any) -> Answer:
-        """One call of ``agent`` with ``request`` (an AgentRequest or a JSON object),
-        its failures translated into TaskFailed and TaskDelayed."""
+    async def attempt(
+        self, agent: Agent, request: Any, continuation: A2AContinuation | None = None
+    ) -> Answer:
+        """One call of ``agent`` with ``request`` (an AgentRequest or a JSON object;
+        ``continuation``: the remote A2A task it continues), its failures translated into
+        TaskFailed and TaskDelayed."""
         breaker = self._breakers.breaker_for(agent)
         try:
-            return await self._client.attempt(agent, breaker, request)
+            return await self._client.attempt(agent, breaker, request, continuation)
         except BreakerOpen as refused:
             raise TaskDelayed(self._probe_time(agent), str(refused)) from None
         except TimeoutError:

@@ -207,6 +207,38 @@ async def retry_task(
     return _optional(await conn.fetchrow(Q.retry_task, task_id, owner, attempt, error, at))
 
 
+async def interrupt_task(
+    conn: Connection,
+    task_id: UUID,
+    owner: str,
+    attempt: int,
+    status: str,
+    result: dict[str, Any],
+) -> Task | None:
+    """The task waits for the user's input (``status``), holding ``result``."""
+    return _optional(await conn.fetchrow(Q.interrupt_task, task_id, owner, attempt, status, result))
+
+
+async def resume_task(
+    conn: Connection,
+    task_id: UUID,
+    owner: str,
+    new_input: dict[str, Any],
+    lease_until: datetime,
+    attempts: int,
+    now: datetime,
+) -> Task | None:
+    """A task waiting for input works again with ``new_input``, leased to ``owner``."""
+    return _optional(
+        await conn.fetchrow(Q.resume_task, task_id, owner, new_input, lease_until, attempts, now)
+    )
+
+
+async def session_task_awaiting_input(conn: Connection, session_id: UUID) -> Task | None:
+    """The newest task of the session that waits for the user's input."""
+    return _optional(await conn.fetchrow(Q.session_task_awaiting_input, session_id))
+
+
 async def delay_task(
     conn: Connection, task_id: UUID, owner: str, attempt: int, reason: str, until: datetime
 ) -> Task | None:

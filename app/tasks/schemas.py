@@ -24,6 +24,8 @@ TaskStatus = Literal[
     "rejected",
 ]
 TERMINAL_STATUSES = frozenset({"completed", "failed", "canceled", "rejected"})
+# The A2A states in which a task waits for the user (the user's next message resumes it).
+INTERRUPTED_STATUSES = frozenset({"input-required", "auth-required"})
 TaskKind = Literal["message", "pending_action", "handoff", "classify", "agent_call"]
 TASK_KINDS: tuple[TaskKind, ...] = (
     "message",
@@ -86,6 +88,16 @@ class Task:
     def terminal(self) -> bool:
         """True once the task is completed, failed, canceled or rejected (final)."""
         return self.status in TERMINAL_STATUSES
+
+    @property
+    def interrupted(self) -> bool:
+        """True while the task waits for the user's input (input-required, auth-required)."""
+        return self.status in INTERRUPTED_STATUSES
+
+    @property
+    def settled(self) -> bool:
+        """True once nothing more happens without someone: terminal, or waiting for input."""
+        return self.terminal or self.interrupted
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,8 +197,20 @@ class TaskDelayed(Exception):
         self.reason = reason
 
 
-# A handler runs one attempt: it returns the result document or raises TaskFailed or
-# TaskDelayed. on_finished runs once after the task reached a terminal state, on the
-# replica that finished it, outside the finishing transaction.
+class TaskInputRequired(Exception):
+    """Raised by a handler: the agent answered that it waits for the user (A2A
+    ``input-required`` or ``auth-required``); the task waits in ``status`` holding
+    ``result`` (the agent's question, what to continue) until it is resumed."""
+
+    def __init__(self, status: Literal["input-required", "auth-required"], result: dict[str, Any]):
+        super().__init__(status)
+        self.status = status
+        self.result = result
+
+
+# A handler runs one attempt: it returns the result document or raises TaskFailed,
+# TaskDelayed or TaskInputRequired. on_finished runs once after the task reached a terminal
+# state (and each time it stops to wait for input), on the replica that finished it,
+# outside the finishing transaction.
 Handler = Callable[[Task], Awaitable[dict[str, Any]]]
 FinishedHook = Callable[[Task], Awaitable[None]]

@@ -49,6 +49,7 @@ from app.tasks.schemas import (
     TaskDelayed,
     TaskDetail,
     TaskFailed,
+    TaskInputRequired,
     TaskPage,
 )
 from app.tracing import Tracing, current_trace_id, current_traceparent
@@ -250,7 +251,8 @@ class TaskService:
     # -- waiting ------------------------------------------------------------------------
 
     async def wait(self, task_id: UUID, timeout: float) -> Task:  # noqa: ASYNC109 - the budget
-        """The task once it is terminal, or as it is when ``timeout`` seconds have passed."""
+        """The task once it is terminal or waits for input, or as it is when ``timeout``
+        seconds have passed."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max(timeout, 0.0)
         if self._started and not self._listening:
@@ -262,13 +264,13 @@ class TaskService:
             try:
                 task = await self.get(task_id)
                 remaining = deadline - loop.time()
-                if task.terminal or remaining <= 0:
+                if task.settled or remaining <= 0:
                     return task
                 with contextlib.suppress(TimeoutError):
                     finished = await asyncio.wait_for(
                         waiter, timeout=min(remaining, self.settings.poll_interval)
                     )
-                    if finished is not None and finished.terminal:
+                    if finished is not None and finished.settled:
                         return finished
             finally:
                 self._forget_waiter(task_id, waiter)
@@ -304,6 +306,35 @@ class TaskService:
             task = await repo.detach_task(conn, task_id) or await repo.get_task(conn, task_id)
         if task is None:
             raise NotFound(f"No task {task_id}.")
+        return task
+
+    # -- tasks waiting for the user's input -------------------------------------------
+
+    async def awaiting_input(self, session_id: UUID) -> Task | None:
+        """The session's newest task that waits for the user's input, if any."""
+        async with self._db.connection() as conn:
+            return await repo.session_task_awaiting_input(conn, session_id)
+
+    async def resume(self, task_id: UUID, new_input: dict[str, Any]) -> Task | None:
+        """Resume a task that waits for input with ``new_input``: the same task, a new
+        attempt leased here and started at once (like ``run_here``), with a fresh budget of
+        attempts. None when it no longer waits (canceled, or another message resumed it)."""
+        now = self._clock.now()
+        async with self._db.connection() as conn:
+            current = await repo.get_task(conn, task_id)
+            if current is None:
+                return None
+            task = await repo.resume_task(
+                conn,
+                task_id,
+                self.replica,
+                new_input,
+                now + self._lease,
+                self.settings.max_attempts_for(current.agent_name),
+                now,
+            )
+        if task is not None:
+            self.start_attempt(task)
         return task
 
     # -- reading and cancelling -----------------------------------------------------------
@@ -498,7 +529,7 @@ class TaskService:
                 self._lost.discard(me)
             self._finishing.discard((task.task_id, task.attempt))
             self.slot_freed.set()
-        if finished is not None and finished.terminal:
+        if finished is not None and finished.settled:
             await self._finish(finished)
 
     async def _attempt(self, task: Task) -> Task | None:
@@ -518,6 +549,12 @@ class TaskService:
         except TaskFailed as failed:
             self._finishing.add((task.task_id, task.attempt))
             return await self._failed(task, failed.reason, retryable=failed.retryable)
+        except TaskInputRequired as asks:
+            self._finishing.add((task.task_id, task.attempt))
+            async with self._db.connection() as conn:
+                return await repo.interrupt_task(
+                    conn, task.task_id, self.replica, task.attempt, asks.status, asks.result
+                )
         except Exception as exc:
             self._finishing.add((task.task_id, task.attempt))
             logger.exception("task %s: its handler raised", task.task_id)

@@ -71,13 +71,52 @@ WITH changed AS (
 SELECT s.* FROM changed c, agent_shown(c) s
 
 -- name: set_agent_card
+-- A published card: its url, skills, description and A2A interface ($7, $8: NULL when it
+-- declares none) route.
 WITH changed AS (
     UPDATE agents
-    SET card = $2, url = $3, skills = $4, description = $5, updated_at = $6
+    SET card = $2, url = $3, skills = $4, description = $5, updated_at = $6, a2a_url = $7,
+        a2a_protocol_version = $8, card_status = 'published', card_error = NULL,
+        card_fetched_at = $6, card_checked_at = $6
     WHERE name = $1
     RETURNING *
 )
 SELECT s.* FROM changed c, agent_shown(c) s
+
+-- name: store_discovered_card
+-- A card fetched from the agent's /.well-known/agent-card.json: its skills, description
+-- and A2A interface ($5, $6) route; url stays (where the card is fetched from).
+WITH changed AS (
+    UPDATE agents
+    SET card = $2, skills = $3, description = $4, a2a_url = $5, a2a_protocol_version = $6,
+        card_status = 'discovered', card_error = NULL, card_fetched_at = $7,
+        card_checked_at = $7, updated_at = $7
+    WHERE name = $1
+    RETURNING *
+)
+SELECT s.* FROM changed c, agent_shown(c) s
+
+-- name: mark_card_failure
+-- The card could not be fetched ($2 'unreachable') or used ($2 'invalid'): the agent is
+-- marked, and the card, skills and interface fetched before stay as they were.
+WITH changed AS (
+    UPDATE agents
+    SET card_status = $2, card_error = $3, card_checked_at = $4
+    WHERE name = $1
+    RETURNING *
+)
+SELECT s.* FROM changed c, agent_shown(c) s
+
+-- name: agents_to_refresh
+-- What the agent_cards job fetches again: agents whose card came from discovery (or whose
+-- discovery failed), enabled, with a url, not checked since $1; least recently checked
+-- first. A handful of rows: no index.
+SELECT s.* FROM agents a, agent_shown(a) s
+WHERE a.card_status IN ('discovered', 'unreachable', 'invalid') AND a.url IS NOT NULL
+  AND a.enabled AND a.disabled_at IS NULL
+  AND (a.card_checked_at IS NULL OR a.card_checked_at < $1)
+ORDER BY a.card_checked_at NULLS FIRST, a.name
+LIMIT $2
 
 -- name: get_agent_card
 SELECT card FROM agents WHERE name = $1

@@ -42,6 +42,10 @@ SELECT * FROM session_branches WHERE session_id = $1 AND name = $2 FOR UPDATE
 -- The branch's new content and its version row, if the branch is still open at version $3.
 -- $10 now, $11 changed by, $12 reason, $13 the session version a rebase put the branch on
 -- (NULL: unchanged), $14 the branch version an auto-merged write was based on (or NULL).
+-- A coordinator's turn on the branch (app/coordination/target.py) comes with $15 its
+-- decision as a coordination_decisions row in JSON, stored naming the branch, its
+-- session_version the branch version written here; and $16 an event type and $17 its
+-- payload (a task's end), given the branch_version and decision_id. NULL: none.
 WITH updated AS (
     UPDATE session_branches
     SET session_state = $4,
@@ -59,8 +63,27 @@ WITH updated AS (
 ), recorded AS (
     INSERT INTO session_branch_versions
     SELECT v.* FROM updated u, session_branch_version(u, $11, $12, $10, $14, $13) v
+), decided AS (
+    -- The whole row from the record: the ids, the version and the time are this write's.
+    INSERT INTO coordination_decisions
+    SELECT (jsonb_populate_record(
+        NULL::coordination_decisions,
+        $15::jsonb || jsonb_build_object(
+            'decision_id', uuid_generate_v7(), 'session_id', u.session_id,
+            'session_version', u.version, 'branch', u.name, 'created_at', u.updated_at))).*
+    FROM updated u
+    WHERE $15::jsonb IS NOT NULL
+    RETURNING decision_id
+), told AS (
+    INSERT INTO outbox_events (event_type, payload, created_at)
+    SELECT $16::text,
+           $17::jsonb || jsonb_build_object('branch_version', u.version,
+                                            'decision_id', (SELECT decision_id FROM decided)),
+           u.updated_at
+    FROM updated u
+    WHERE $16::text IS NOT NULL
 )
-SELECT * FROM updated
+SELECT updated.*, (SELECT decision_id FROM decided) AS decision_id FROM updated
 
 -- name: mark_branch_merged
 -- A merged branch takes no more writes; $3 the session version the merge wrote.

@@ -77,6 +77,35 @@ SET lease_owner = NULL, lease_expires_at = NULL, scheduled_at = $5, last_error =
 WHERE task_id = $1 AND lease_owner = $2 AND attempt = $3
 RETURNING *
 
+-- name: interrupt_task
+-- The agent answered that it waits for the user (A2A input-required or auth-required, $4):
+-- the task waits in that state, its lease given up, holding the agent's question and the
+-- remote task to continue ($5). Not terminal: the user's next message resumes it.
+UPDATE agent_tasks
+SET status = $4, result = $5, lease_owner = NULL, lease_expires_at = NULL, last_error = NULL,
+    status_actor = $2, status_reason = 'agent asks: ' || $4
+WHERE task_id = $1 AND lease_owner = $2 AND attempt = $3
+RETURNING *
+
+-- name: resume_task
+-- The user answered a task that waits for input: the same task works again, with the new
+-- request ($3), leased to $2 until $4 as a new attempt, with a fresh budget of $5 attempts
+-- (at most 100). No row: it no longer waits (canceled, or resumed by another message).
+UPDATE agent_tasks
+SET status = 'working', input = $3, result = NULL, attempt = attempt + 1, lease_owner = $2,
+    lease_expires_at = $4, max_attempts = least(100, attempt + $5), detached = false,
+    scheduled_at = $6, status_actor = $2, status_reason = 'the user answered'
+WHERE task_id = $1 AND status IN ('input-required', 'auth-required')
+RETURNING *
+
+-- name: session_task_awaiting_input
+-- The newest task of a session that waits for the user's input, if any
+-- (agent_tasks_awaiting_input_idx).
+SELECT * FROM agent_tasks
+WHERE session_id = $1 AND status IN ('input-required', 'auth-required')
+ORDER BY created_at DESC, task_id DESC
+LIMIT 1
+
 -- name: delay_task
 -- The attempt was never made (the agent's circuit is open): the attempt is given back and
 -- the task waits until $5, when the breaker may let a probe through. $4 why.
@@ -144,10 +173,11 @@ WHERE task_id = $1 AND status NOT IN ('completed', 'failed', 'canceled', 'reject
 RETURNING *
 
 -- name: detach_task
--- Serialised with completion by the row lock: exactly one of the two sees the other.
+-- Serialised with completion by the row lock: exactly one of the two sees the other. A
+-- task waiting for input is settled like a finished one: its question is the answer.
 UPDATE agent_tasks
 SET detached = true
-WHERE task_id = $1 AND status NOT IN ('completed', 'failed', 'canceled', 'rejected')
+WHERE task_id = $1 AND status IN ('submitted', 'working')
 RETURNING *
 
 -- name: get_task

@@ -245,6 +245,7 @@ _PLAIN_AGENT_WITH_A_MALFORMED_BODY = {
     ("POST", "/v1/sessions/{session_id:uuid}/branches/{name:str}/merge"): 400,
     ("POST", "/v1/sessions/{session_id:uuid}/branches/{name:str}/rebase"): 400,
     ("PUT", "/v1/sessions/{session_id:uuid}/branches/{name:str}/memories/by-key"): 400,
+    ("POST", "/v1/sessions/{session_id:uuid}/branches/{name:str}/messages"): 400,
     ("POST", "/v1/memories"): 400,
     ("PUT", "/v1/memories/by-key"): 400,
     ("PUT", "/v1/memory-categories/{name:str}"): 403,

@@ -474,3 +474,40 @@ async def test_tasks_are_listed_and_filtered(
     assert detail.status_code == 200
     assert "&#34;q&#34;: 1" in detail.text or '"q": 1' in detail.text
     assert (await admin.get("/console/tasks", params={"status": "asleep"})).status_code == 400
+
+
+async def test_an_escalation_is_resolved_with_a_note(
+    browser: httpx.AsyncClient, client: httpx.AsyncClient
+) -> None:
+    """Through the API's EscalationService; a coordination_manager key may do it too."""
+    sid = (await create_session(client))["session_id"]
+    manager = await make_agent(client, "n8n-ops", ["coordination_manager"])
+    assert (await sign_in(browser, manager)).status_code == 303
+    page = await browser.get(f"/console/sessions/{sid}")
+    assert 'action="/console/sessions/' + sid + '/resolve"' not in page.text  # not escalated
+    csrf = _token(page.text, "csrf_token")
+    early = await browser.post(
+        f"/console/sessions/{sid}/resolve", data={"csrf_token": csrf, "note": "nothing to do"}
+    )
+    assert early.status_code == 409
+    escalated = await client.patch(
+        f"/v1/sessions/{sid}",
+        json={"status": "escalated"},
+        headers={"Content-Type": "application/merge-patch+json", **if_match(1)},
+    )
+    assert escalated.status_code == 200, escalated.text
+    page = await browser.get(f"/console/sessions/{sid}")
+    assert 'action="/console/sessions/' + sid + '/resolve"' in page.text
+    empty = await browser.post(
+        f"/console/sessions/{sid}/resolve", data={"csrf_token": csrf, "note": "  "}
+    )
+    assert empty.status_code == 400
+    done = await browser.post(
+        f"/console/sessions/{sid}/resolve",
+        data={"csrf_token": csrf, "note": "refund issued by hand"},
+    )
+    assert done.status_code == 303
+    assert done.headers["location"] == f"/console/sessions/{sid}?done=resolved"
+    assert (await client.get(f"/v1/sessions/{sid}")).json()["status"] == "active"
+    decisions = (await client.get(f"/v1/sessions/{sid}/decisions")).json()["items"]
+    assert any("refund issued by hand" in str(decision) for decision in decisions)

@@ -309,6 +309,12 @@ async def test_an_operator_round_trip(
     assert after["priority"] == "normal"
     assert after["current_agent"] == "Guide_Agent"
 
+    # Resolve the escalation the dead letter caused.
+    await page.get_by_label("What was done about it").fill("invoice corrected by hand")
+    await page.get_by_role("button", name="Resolve").click()
+    await page.wait_for_url(f"{live.url}/console/sessions/{sid}?done=resolved")
+    assert (await live.api.get(f"/v1/sessions/{sid}")).json()["status"] == "active"
+
     # Open and close a breaker.
     await page.get_by_role("link", name="Agents", exact=True).click()
     await page.get_by_role("button", name="Open the breaker of Billing_Agent").click()

@@ -52,6 +52,7 @@ DECISION_FIELDS = [
     "trace_id",
     "task_id",
     "next_step",
+    "branch",
 ]
 
 

@@ -6,166 +6,39 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import httpx
-import orjson
 import pytest
-from litestar import Litestar
 
-from app.asgi import create_app
-from app.clock import SystemClock
-from app.db.pool import Database
 from app.events.service import EventService
-from app.events.signing import SIGNATURE_HEADER, TIMESTAMP_HEADER, sign
-from app.outbound.policy import OutboundPolicy
-from app.outbound.transport import outbound_client
-from app.settings import (
-    CoordinationSettings,
-    DatabaseSettings,
-    SchedulerSettings,
-    Settings,
-    TaskSettings,
-)
 from tests.agent_server import AgentServer
-from tests.conftest import ADMIN_KEY, LOOPBACK_ALLOWED
+from tests.integration import agent_tasks
+from tests.integration.agent_tasks import (
+    PLAN,
+    PLAN_AGENT,
+    agent_slow_until_released,
+    answered_by_plan_agent,
+    configure,
+    decisions,
+    delivered,
+    eventually,
+    plan_session,
+    post_message,
+    session_when,
+    subscribe,
+    task_of,
+)
 from tests.integration.helpers import assert_problem, create_session
 
-SECRET = "s" * 32
-PLAN = "Please make a plan for my savings"
-PLAN_AGENT = "Make_Plan_Agent"
-
-
-@pytest.fixture
-def settings() -> Settings:
-    return Settings(
-        database=DatabaseSettings(pool_min_size=1, pool_max_size=5),
-        coordination=CoordinationSettings(breaker_sync_seconds=0.2, rules_cache_seconds=0),
-        # Retries in tens of milliseconds: a dead agent is dead-lettered within the test.
-        tasks=TaskSettings(
-            max_retries=2, retry_base_seconds=0.05, retry_cap_seconds=0.1, poll_interval=0.2
-        ),
-        outbound=LOOPBACK_ALLOWED,
-    )
-
-
-@pytest.fixture
-def app(settings: Settings, database_url: str) -> Litestar:
-    """The application with its task worker running (retries are claimed by it)."""
-    return create_app(
-        settings,
-        database_url=database_url,
-        admin_key=ADMIN_KEY,
-        run_scheduler=False,
-        run_worker=True,
-    )
-
-
-@pytest.fixture
-async def agent() -> AsyncIterator[AgentServer]:
-    server = await AgentServer().start()
-    server.reply = {
-        "success": True,
-        "output_data": {"response": "Here is your plan", "progress_percentage": 40},
-        "memory_updates": [{"memory_type": "planning", "content": {"plan": "v1"}}],
-    }
-    yield server
-    await server.stop()
-
-
-@pytest.fixture
-async def subscriber() -> AsyncIterator[AgentServer]:
-    """A real HTTP endpoint receiving the signed events."""
-    server = await AgentServer().start()
-    yield server
-    await server.stop()
-
-
-@pytest.fixture
-async def events(database_url: str) -> AsyncIterator[EventService]:
-    """Delivery of due events, run by the test (the app's scheduler is off in tests)."""
-    database = Database(database_url, DatabaseSettings(pool_min_size=1, pool_max_size=2))
-    await database.open()
-    outbound = OutboundPolicy(LOOPBACK_ALLOWED)
-    async with outbound_client(outbound) as http:
-        yield EventService(database, SystemClock(), SchedulerSettings(), http, outbound)
-    await database.close()
-
-
-async def configure(client: httpx.AsyncClient, name: str, **fields: Any) -> None:
-    response = await client.patch(f"/v1/agents/{name}", json=fields)
-    assert response.status_code == 200, response.text
-
-
-async def subscribe(client: httpx.AsyncClient, url: str) -> None:
-    response = await client.post(
-        "/v1/subscriptions",
-        json={"url": url, "event_types": ["task.completed", "task.failed"], "secret": SECRET},
-    )
-    assert response.status_code == 201, response.text
-
-
-async def post_message(
-    client: httpx.AsyncClient, sid: str, text: str, prefer: str | list[str] | None = None
-) -> httpx.Response:
-    headers: list[tuple[str, str]] = []
-    for value in [prefer] if isinstance(prefer, str) else prefer or []:
-        headers.append(("Prefer", value))
-    return await client.post(f"/v1/sessions/{sid}/messages", json={"text": text}, headers=headers)
-
-
-async def eventually(
-    probe: Callable[[], Awaitable[Any]], *, within: float = 10.0, interval: float = 0.05
-) -> Any:
-    """``probe``'s first truthy value, or fail after ``within`` seconds."""
-    deadline = time.monotonic() + within
-    while True:
-        value = await probe()
-        if value:
-            return value
-        assert time.monotonic() < deadline, "timed out waiting"
-        await asyncio.sleep(interval)
-
-
-async def task_of(client: httpx.AsyncClient, task_id: str) -> dict[str, Any]:
-    response = await client.get(f"/v1/tasks/{task_id}")
-    assert response.status_code == 200, response.text
-    body: dict[str, Any] = response.json()
-    return body.get("task", body)
-
-
-async def decisions(client: httpx.AsyncClient, sid: str) -> list[dict[str, Any]]:
-    items: list[dict[str, Any]] = (await client.get(f"/v1/sessions/{sid}/decisions")).json()[
-        "items"
-    ]
-    return items
-
-
-async def delivered(
-    events: EventService, subscriber: AgentServer, count: int
-) -> list[dict[str, Any]]:
-    """The events the subscriber received once ``count`` arrived, each signature checked."""
-
-    async def arrived() -> bool:
-        await events.deliver_due()
-        return len(subscriber.bodies) >= count
-
-    await eventually(arrived)
-    received = []
-    for body, headers in zip(subscriber.bodies, subscriber.headers, strict=True):
-        stamp = int(headers[TIMESTAMP_HEADER.lower()])
-        assert headers[SIGNATURE_HEADER.lower()] == sign(SECRET, stamp, body)
-        received.append(orjson.loads(body))
-    return received
+# The fixtures (pytest finds them by these names).
+settings, app, agent, subscriber, events, told = agent_tasks.FIXTURES
 
 
 async def test_a_fast_agent_answers_within_the_budget_as_before_plus_its_task(
     client: httpx.AsyncClient, agent: AgentServer
 ) -> None:
-    await configure(client, PLAN_AGENT, url=agent.url)
-    session = await create_session(client)
-    sid = session["session_id"]
+    sid = await plan_session(client, agent)
 
     response = await post_message(client, sid, PLAN)
 
@@ -205,16 +78,9 @@ async def test_a_slow_agent_gets_the_fallback_now_and_its_answer_applied_later(
     subscriber: AgentServer,
     events: EventService,
 ) -> None:
-    await configure(client, PLAN_AGENT, url=agent.url)
+    sid = await plan_session(client, agent)
     await subscribe(client, subscriber.url)
-    release = asyncio.Event()
-
-    async def slow() -> None:
-        await release.wait()
-
-    agent.before_reply = slow
-    session = await create_session(client)
-    sid = session["session_id"]
+    release = agent_slow_until_released(agent)
 
     started = time.monotonic()
     response = await post_message(client, sid, PLAN, "wait=1")
@@ -245,11 +111,7 @@ async def test_a_slow_agent_gets_the_fallback_now_and_its_answer_applied_later(
 
     release.set()  # the agent answers now, long after the caller got its answer
 
-    async def applied() -> dict[str, Any] | None:
-        current: dict[str, Any] = (await client.get(f"/v1/sessions/{sid}")).json()
-        return current if current["version"] == 3 else None
-
-    current = await eventually(applied)
+    current = await session_when(client, sid, lambda s: s["version"] == 3)
     step = current["agent_sequence"][-1]
     assert (step["status"], step["task_id"], step["output_summary"]) == (
         "completed",
@@ -283,11 +145,9 @@ async def test_a_dead_agent_fails_its_task_and_the_session_is_escalated(
     subscriber: AgentServer,
     events: EventService,
 ) -> None:
-    await configure(client, PLAN_AGENT, url=agent.url, fail_max=50)
+    sid = await plan_session(client, agent, fail_max=50)
     await subscribe(client, subscriber.url)
     agent.behaviour = "fail"
-    session = await create_session(client)
-    sid = session["session_id"]
 
     started = time.monotonic()
     response = await post_message(client, sid, PLAN)
@@ -309,11 +169,7 @@ async def test_a_dead_agent_fails_its_task_and_the_session_is_escalated(
     assert event["payload"]["task_id"] == task_id
     assert "HTTP 500" in event["payload"]["error"]
 
-    async def escalated() -> dict[str, Any] | None:
-        current: dict[str, Any] = (await client.get(f"/v1/sessions/{sid}")).json()
-        return current if current["status"] == "escalated" else None
-
-    current = await eventually(escalated)
+    current = await session_when(client, sid, lambda s: s["status"] == "escalated")
     step = next(s for s in current["agent_sequence"] if s.get("task_id") == task_id)
     assert step["status"] == "failed"
     letters = (await client.get("/v1/dead-letters")).json()["items"]
@@ -328,10 +184,8 @@ async def test_a_requeued_dead_letter_applies_its_answer_to_the_session(
 ) -> None:
     """Nobody waits for a requeued task: its late answer reaches the session and the
     subscribers, like a detached task's."""
-    await configure(client, PLAN_AGENT, url=agent.url, fail_max=50)
+    sid = await plan_session(client, agent, fail_max=50)
     agent.behaviour = "fail"
-    session = await create_session(client)
-    sid = session["session_id"]
     task_id = (await post_message(client, sid, PLAN)).json()["task_id"]
 
     async def letter() -> dict[str, Any] | None:
@@ -350,11 +204,7 @@ async def test_a_requeued_dead_letter_applies_its_answer_to_the_session(
     new_id = body.get("task", body)["task_id"]
     assert new_id != task_id
 
-    async def applied() -> dict[str, Any] | None:
-        current: dict[str, Any] = (await client.get(f"/v1/sessions/{sid}")).json()
-        return current if current["version"] > before else None
-
-    current = await eventually(applied)
+    current = await session_when(client, sid, lambda s: s["version"] > before)
     step = next(s for s in current["agent_sequence"] if s.get("task_id") == new_id)
     assert (step["status"], step["output_summary"]) == ("completed", "Here is your plan")
     assert current["session_state"]["agent_outputs"][PLAN_AGENT]["response"] == "Here is your plan"
@@ -365,15 +215,8 @@ async def test_a_requeued_dead_letter_applies_its_answer_to_the_session(
 async def test_respond_async_answers_202_with_the_task_at_once(
     client: httpx.AsyncClient, agent: AgentServer
 ) -> None:
-    await configure(client, PLAN_AGENT, url=agent.url)
-    release = asyncio.Event()
-
-    async def slow() -> None:
-        await release.wait()
-
-    agent.before_reply = slow
-    session = await create_session(client)
-    sid = session["session_id"]
+    sid = await plan_session(client, agent)
+    release = agent_slow_until_released(agent)
 
     started = time.monotonic()
     response = await post_message(client, sid, PLAN, "respond-async")
@@ -397,32 +240,15 @@ async def test_respond_async_answers_202_with_the_task_at_once(
 
     release.set()
 
-    async def answered() -> dict[str, Any] | None:
-        current: dict[str, Any] = (await client.get(f"/v1/sessions/{sid}")).json()
-        return current if current["version"] == 3 else None
-
-    current = await eventually(answered)
+    current = await session_when(client, sid, lambda s: s["version"] == 3)
     assert current["agent_sequence"][-1]["status"] == "completed"
     assert current["session_state"]["agent_outputs"][PLAN_AGENT]["response"] == "Here is your plan"
-
-
-async def test_respond_async_with_a_wait_answers_200_when_the_agent_is_in_time(
-    client: httpx.AsyncClient, agent: AgentServer
-) -> None:
-    await configure(client, PLAN_AGENT, url=agent.url)
-    session = await create_session(client)
-    response = await post_message(client, session["session_id"], PLAN, "respond-async, wait=5")
-    assert response.status_code == 200, response.text
-    assert response.headers["preference-applied"] == "respond-async, wait=5"
-    assert response.json()["response"] == "Here is your plan"
 
 
 async def test_wait_zero_answers_with_the_fallback_at_once_and_the_agent_later(
     client: httpx.AsyncClient, agent: AgentServer
 ) -> None:
-    await configure(client, PLAN_AGENT, url=agent.url)
-    session = await create_session(client)
-    sid = session["session_id"]
+    sid = await plan_session(client, agent)
     response = await post_message(client, sid, PLAN, "wait=0")
     assert response.status_code == 200, response.text
     assert response.headers["preference-applied"] == "wait=0"
@@ -430,50 +256,50 @@ async def test_wait_zero_answers_with_the_fallback_at_once_and_the_agent_later(
     assert result["degraded"] is True
     assert result["task_id"]
 
-    async def answered() -> dict[str, Any] | None:
-        current: dict[str, Any] = (await client.get(f"/v1/sessions/{sid}")).json()
-        outputs = current["session_state"]["agent_outputs"]
-        return current if PLAN_AGENT in outputs else None
+    await session_when(client, sid, answered_by_plan_agent)
 
-    await eventually(answered)
+
+# Preferences Switchboard does not understand, and malformed ones: ignored.
+NOT_UNDERSTOOD = [
+    "wait=abc",
+    "wait=-3",
+    "wait=1.5",
+    "return=minimal",
+    "respond-async=1",
+    'wait="',
+    ";;,,",
+]
 
 
 @pytest.mark.parametrize(
-    "prefer",
-    ["wait=abc", "wait=-3", "wait=1.5", "return=minimal", "respond-async=1", 'wait="', ";;,,"],
+    ("prefer", "applied"),
+    [
+        # respond-async with a wait: an agent in time answers 200 all the same.
+        ("respond-async, wait=5", "respond-async, wait=5"),
+        ("wait=86400", "wait=55"),  # capped
+        *((prefer, None) for prefer in NOT_UNDERSTOOD),
+    ],
 )
-async def test_a_prefer_not_understood_is_ignored(
-    client: httpx.AsyncClient, agent: AgentServer, prefer: str
+async def test_an_agent_in_time_answers_200_saying_what_of_prefer_applied(
+    client: httpx.AsyncClient, agent: AgentServer, prefer: str, applied: str | None
 ) -> None:
-    await configure(client, PLAN_AGENT, url=agent.url)
-    session = await create_session(client)
-    response = await post_message(client, session["session_id"], PLAN, prefer)
+    sid = await plan_session(client, agent)
+    response = await post_message(client, sid, PLAN, prefer)
     assert response.status_code == 200, response.text
-    assert "preference-applied" not in response.headers
+    assert response.headers.get("preference-applied") == applied
     assert response.json()["response"] == "Here is your plan"
 
 
-async def test_a_wait_above_the_cap_is_capped(
-    client: httpx.AsyncClient, agent: AgentServer
-) -> None:
-    await configure(client, PLAN_AGENT, url=agent.url)
-    session = await create_session(client)
-    response = await post_message(client, session["session_id"], PLAN, "wait=86400")
-    assert response.status_code == 200, response.text
-    assert response.headers["preference-applied"] == "wait=55"
-
-
 async def test_a_prefer_header_too_long_is_a_problem(client: httpx.AsyncClient) -> None:
-    session = await create_session(client)
-    response = await post_message(client, session["session_id"], PLAN, "wait=1," + "x" * 2000)
+    sid = (await create_session(client))["session_id"]
+    response = await post_message(client, sid, PLAN, "wait=1," + "x" * 2000)
     assert_problem(response, 400)
 
 
 async def test_an_agent_4xx_is_not_retried(client: httpx.AsyncClient, agent: AgentServer) -> None:
-    await configure(client, PLAN_AGENT, url=agent.url)
+    sid = await plan_session(client, agent)
     agent.status = 404
-    session = await create_session(client)
-    result = (await post_message(client, session["session_id"], PLAN)).json()
+    result = (await post_message(client, sid, PLAN)).json()
     assert result["degraded"] is True
     task = await task_of(client, result["task_id"])
     assert (task["status"], task["attempt"], task["detached"]) == ("failed", 1, False)
@@ -483,9 +309,7 @@ async def test_an_agent_4xx_is_not_retried(client: httpx.AsyncClient, agent: Age
 async def test_a_pending_action_runs_as_a_task(
     client: httpx.AsyncClient, agent: AgentServer
 ) -> None:
-    await configure(client, PLAN_AGENT, url=agent.url)
-    session = await create_session(client)
-    sid = session["session_id"]
+    sid = await plan_session(client, agent)
     # The change agent (no url) answers with its fallback; the plan waits in the queue.
     first = (
         await post_message(client, sid, "I need to change my address urgently. Also make a plan")
@@ -509,9 +333,7 @@ async def test_a_pending_action_runs_as_a_task(
 async def test_a_pending_action_whose_agent_is_slow_is_settled_by_its_task(
     client: httpx.AsyncClient, agent: AgentServer
 ) -> None:
-    await configure(client, PLAN_AGENT, url=agent.url)
-    session = await create_session(client)
-    sid = session["session_id"]
+    sid = await plan_session(client, agent)
     queued = await client.patch(
         f"/v1/sessions/{sid}",
         json={
@@ -520,12 +342,7 @@ async def test_a_pending_action_whose_agent_is_slow_is_settled_by_its_task(
         headers={"If-Match": '"1"'},
     )
     assert queued.status_code == 200, queued.text
-    release = asyncio.Event()
-
-    async def slow() -> None:
-        await release.wait()
-
-    agent.before_reply = slow
+    release = agent_slow_until_released(agent)
     response = await client.post(f"/v1/sessions/{sid}/pending/next", headers={"Prefer": "wait=0"})
     assert response.status_code == 200, response.text
     body = response.json()
@@ -548,12 +365,7 @@ async def test_the_webhook_waits_the_same_way_and_names_the_task(
     client: httpx.AsyncClient, agent: AgentServer
 ) -> None:
     await configure(client, PLAN_AGENT, url=agent.url)
-    release = asyncio.Event()
-
-    async def slow() -> None:
-        await release.wait()
-
-    agent.before_reply = slow
+    release = agent_slow_until_released(agent)
     response = await client.post(
         "/webhooks/n8n/coordination",
         json={"user_ref": "tg:42", "text": PLAN},
@@ -569,16 +381,9 @@ async def test_the_webhook_waits_the_same_way_and_names_the_task(
 async def test_a_caller_that_goes_away_still_gets_the_answer_into_the_session(
     client: httpx.AsyncClient, agent: AgentServer
 ) -> None:
-    await configure(client, PLAN_AGENT, url=agent.url)
-    called, release = asyncio.Event(), asyncio.Event()
-
-    async def slow() -> None:
-        called.set()
-        await release.wait()
-
-    agent.before_reply = slow
-    session = await create_session(client)
-    sid = session["session_id"]
+    sid = await plan_session(client, agent)
+    called = asyncio.Event()
+    release = agent_slow_until_released(agent, called)
     request = asyncio.create_task(post_message(client, sid, PLAN))
     await called.wait()
     request.cancel()  # the client disconnects while the request waits for the agent
@@ -589,12 +394,7 @@ async def test_a_caller_that_goes_away_still_gets_the_answer_into_the_session(
 
     release.set()
 
-    async def answered() -> dict[str, Any] | None:
-        current: dict[str, Any] = (await client.get(f"/v1/sessions/{sid}")).json()
-        outputs = current["session_state"]["agent_outputs"]
-        return current if PLAN_AGENT in outputs else None
-
-    current = await eventually(answered)
+    current = await session_when(client, sid, answered_by_plan_agent)
     assert current["agent_sequence"][-1]["task_id"] == task["task_id"]
     late = (await decisions(client, sid))[0]
     assert (late["outcome"], late["task_id"]) == ("agent", task["task_id"])
@@ -605,10 +405,8 @@ async def test_canceling_a_detached_task_closes_its_step(
 ) -> None:
     """A task the caller stopped waiting for and a person then cancels: its session step
     is closed, not left executing for ever."""
-    await configure(client, PLAN_AGENT, url=agent.url)
+    sid = await plan_session(client, agent)
     agent.behaviour = "hang"
-    session = await create_session(client)
-    sid = session["session_id"]
     result = (await post_message(client, sid, PLAN, "wait=0")).json()
     task_id = result["task_id"]
     canceled = await client.post(f"/v1/tasks/{task_id}/cancel")

@@ -286,6 +286,7 @@ VALID_BODIES: dict[tuple[str, str], Any] = {
     ("POST", "/v1/sessions/{session_id}/rollback"): {"to_version": 1, "base_version": 1},
     ("POST", "/v1/sessions/{session_id}/resolve"): {"note": "probe"},
     ("POST", "/v1/sessions/{session_id}/messages"): {"text": "hello"},
+    ("POST", "/v1/sessions/{session_id}/branches/{name}/messages"): {"text": "hello"},
     ("POST", "/v1/sessions/{session_id}/branches"): {"name": "probe", "purpose": "analysis"},
     ("PATCH", "/v1/sessions/{session_id}/branches/{name}"): {"priority": "low", "base_version": 1},
     ("POST", "/v1/sessions/{session_id}/branches/{name}/merge"): {},
@@ -484,6 +485,17 @@ async def _session_write(
     if action == "patch":
         return await probe.client.patch(f"/v1/sessions/{sid}", json=body, headers=headers)
     return await probe.client.post(f"/v1/sessions/{sid}/{action}", json=body, headers=headers)
+
+
+async def _message_merged_branch(probe: Probe) -> httpx.Response:
+    """A message to a branch that was merged (it takes no more changes)."""
+    sid = (await create_session(probe.client))["session_id"]
+    fork = {"name": "probe", "purpose": "analysis"}
+    assert (await probe.client.post(f"/v1/sessions/{sid}/branches", json=fork)).is_success
+    assert (await probe.client.post(f"/v1/sessions/{sid}/branches/probe/merge")).is_success
+    return await probe.client.post(
+        f"/v1/sessions/{sid}/branches/probe/messages", json={"text": "hello"}
+    )
 
 
 async def _branch(probe: Probe, headers: dict[str, str] | None = None) -> httpx.Response:
@@ -720,6 +732,14 @@ async def _discard_discarded(probe: Probe) -> httpx.Response:
     return await probe.client.delete(f"/v1/dead-letters/{await _discarded_letter(probe)}")
 
 
+async def _discover(probe: Probe, url: str | None) -> httpx.Response:
+    """Discovery of an agent without a url (422), or whose url answers nothing (502)."""
+    name = unique("Cardless")
+    created = await probe.client.post("/v1/agents", json={"name": name, "url": url})
+    assert created.status_code == 201, created.text
+    return await probe.client.post(f"/v1/agents/{name}/discover")
+
+
 # (method, path, status) -> how to make the app answer it. Every documented status that
 # is not derived from a shared mechanism, and every status a service documents, needs one.
 PROVOKE: dict[tuple[str, str, int], Provocation] = {
@@ -752,10 +772,13 @@ PROVOKE: dict[tuple[str, str, int], Provocation] = {
     ("POST", "/v1/sessions/{session_id}/branches/{name}/rebase", 409): lambda p: (
         _conflicting_branch(p, "rebase")
     ),
+    ("POST", "/v1/sessions/{session_id}/branches/{name}/messages", 409): _message_merged_branch,
     ("POST", "/v1/agents", 409): lambda p: _twice(p, "/v1/agents", {"name": unique("Twice")}),
     ("GET", "/v1/agents/{name}/card", 404): lambda p: p.client.get(
         "/v1/agents/Make_Plan_Agent/card"
     ),
+    ("POST", "/v1/agents/{name}/discover", 422): lambda p: _discover(p, None),
+    ("POST", "/v1/agents/{name}/discover", 502): lambda p: _discover(p, "http://127.0.0.1:9/"),
     ("GET", "/v1/users", 404): lambda p: p.client.get("/v1/users?external_ref=nobody"),
     ("POST", "/v1/users", 409): lambda p: _twice(p, "/v1/users", {"external_ref": unique("crm")}),
     ("PATCH", "/v1/sessions/{session_id}", 400): lambda p: _session_write(

@@ -686,6 +686,7 @@ async def test_dry_run_counts_and_changes_nothing(
 async def test_jobs_api(client: httpx.AsyncClient, make_agent_client: Any) -> None:
     jobs = {j["name"]: j for j in (await client.get("/v1/jobs")).json()}
     assert set(jobs) == {
+        "agent_cards",
         "inactivity_timeout",
         "expiry_extension",
         "expiry_cleanup",

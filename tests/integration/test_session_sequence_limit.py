@@ -5,7 +5,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from app.settings import DatabaseSettings, SessionSettings, Settings
+from app.settings import CoordinationSettings, DatabaseSettings, SessionSettings, Settings
 from tests.integration.helpers import create_session
 
 
@@ -14,6 +14,9 @@ def settings() -> Settings:
     return Settings(
         database=DatabaseSettings(pool_min_size=1, pool_max_size=5),
         sessions=SessionSettings(agent_sequence_limit=3),
+        # Five fallbacks of one step in a row would escalate the session (its fourth failure
+        # is past the default three retries); this test is about the sequence, not that.
+        coordination=CoordinationSettings(max_step_retries=100, max_consecutive_fallbacks=100),
     )
 
 

@@ -15,12 +15,12 @@ import httpx
 import pytest
 from litestar import Litestar
 
-from app.asgi import create_app
 from app.settings import DatabaseSettings, Settings, TaskSettings
 from app.tasks.schemas import NewTask, Task, TaskDelayed
 from app.tasks.service import TaskService
 from tests.agent_server import AgentServer
-from tests.conftest import ADMIN_KEY, LOOPBACK_ALLOWED
+from tests.conftest import LOOPBACK_ALLOWED
+from tests.integration import agent_tasks
 from tests.integration.helpers import assert_problem, create_session
 
 BASE = 0.2  # seconds: the retry base of these tests (1 s in production)
@@ -43,16 +43,8 @@ def settings() -> Settings:
     )
 
 
-@pytest.fixture
-def app(settings: Settings, database_url: str) -> Litestar:
-    """The app with its task worker running."""
-    return create_app(
-        settings,
-        database_url=database_url,
-        admin_key=ADMIN_KEY,
-        run_scheduler=False,
-        run_worker=True,
-    )
+# The app with its task worker running (on this module's settings).
+app = agent_tasks.app
 
 
 @pytest.fixture

@@ -408,6 +408,7 @@ async def test_cleanup_runs_jobs_and_reports_counts(client: httpx.AsyncClient) -
     assert response.status_code == 200, response.text
     body = response.json()
     assert set(body["jobs"]) == {
+        "agent_cards",
         "archival",
         "expiry_cleanup",
         "expiry_extension",

@@ -94,3 +94,16 @@ def test_a_failed_task_says_why_and_a_task_of_no_session_is_its_own_context() ->
     assert get_message_text(failed.status.message) == "HTTP 500"
     assert MessageToDict(failed.history[0].parts[0].data) == {"q": 1}
     assert not failed.artifacts
+
+
+def test_a_task_waiting_for_input_asks_its_question_without_an_artifact() -> None:
+    waiting = a2a_task(
+        stored(
+            status="input-required",
+            result={"success": True, "output_data": {"response": "Which account?"}},
+        )
+    )
+    assert waiting.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
+    assert get_message_text(waiting.status.message) == "Which account?"
+    assert waiting.status.message.role == Role.ROLE_AGENT
+    assert not waiting.artifacts

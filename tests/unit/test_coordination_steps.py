@@ -378,17 +378,18 @@ def test_a_stored_decision_is_the_record_with_what_the_database_gave_it() -> Non
     written = msgspec.to_builtins(outcome.decision(SESSION_ID, "m", "admin", 1, trace_id))
     assert written["trace_id"] == trace_id
     # The database fills these in; the record it is sent does not carry them.
-    assert {"decision_id", "session_version", "created_at"}.isdisjoint(written)
+    assert {"decision_id", "session_version", "created_at", "branch"}.isdisjoint(written)
     row = written | {"decision_id": UUID(int=5), "session_version": 2, "created_at": NOW}
     stored = msgspec.convert(row, Decision, strict=False)
     assert isinstance(stored, DecisionRecord)
     assert list(msgspec.to_builtins(stored))[:3] == ["decision_id", "session_id", "session_version"]
-    # In the table's order: trace_id (revision 0016), task_id (revision 0021), then
-    # next_step (revision 0022) came last.
-    assert list(msgspec.to_builtins(stored))[-4:] == [
+    # In the table's order: trace_id (revision 0016), task_id (revision 0021), next_step
+    # (revision 0022), then branch (revision 0025) came last.
+    assert list(msgspec.to_builtins(stored))[-5:] == [
         "created_at",
         "trace_id",
         "task_id",
         "next_step",
+        "branch",
     ]
     assert stored.trace_id == trace_id

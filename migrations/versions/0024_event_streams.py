@@ -16,8 +16,8 @@ New events: ``session.version`` (every new version of a session; ``session.hando
 a handoff's), ``task.transition`` (every task transition), ``breaker.changed`` (a
 breaker's state changed).
 
-Revision ID: 0023
-Revises: 0022
+Revision ID: 0024
+Revises: 0023
 Create Date: 2026-11-24
 """
 
@@ -25,8 +25,8 @@ from __future__ import annotations
 
 from migrations.sqlscript import run_sql
 
-revision = "0023"
-down_revision = "0022"
+revision = "0024"
+down_revision = "0023"
 branch_labels = None
 depends_on = None
 
@@ -146,7 +146,8 @@ BEGIN
                                'actor', coalesce(NEW.status_actor, NEW.created_by),
                                'reason', NEW.status_reason),
             clock_timestamp());
-    IF NEW.status IN ('completed', 'failed', 'canceled', 'rejected') THEN
+    IF NEW.status IN ('completed', 'failed', 'canceled', 'rejected', 'input-required',
+                      'auth-required') THEN
         PERFORM pg_notify('switchboard_task_finished', NEW.task_id::text);
     END IF;
     RETURN NULL;
@@ -183,7 +184,8 @@ BEGIN
     VALUES (NEW.task_id, CASE WHEN TG_OP = 'UPDATE' THEN OLD.status END, NEW.status,
             NEW.attempt, coalesce(NEW.status_actor, NEW.created_by), NEW.status_reason,
             NEW.scheduled_at);
-    IF NEW.status IN ('completed', 'failed', 'canceled', 'rejected') THEN
+    IF NEW.status IN ('completed', 'failed', 'canceled', 'rejected', 'input-required',
+                      'auth-required') THEN
         PERFORM pg_notify('switchboard_task_finished', NEW.task_id::text);
     END IF;
     RETURN NULL;
