@@ -194,6 +194,17 @@ async def test_a_requeued_dead_letter_applies_its_answer_to_the_session(
 
     dead = await eventually(letter)
     assert dead["task_id"] == task_id
+    # The dead letter can show before the failed task's end reaches the session (a version
+    # and a task.failed event of its own): wait for that first, so that what follows is the
+    # requeued task's doing alone.
+    await session_when(
+        client,
+        sid,
+        lambda s: (
+            [step["status"] for step in s["agent_sequence"] if step.get("task_id") == task_id]
+            == ["failed"]
+        ),
+    )
     await subscribe(client, subscriber.url)
     before = (await client.get(f"/v1/sessions/{sid}")).json()["version"]
 
@@ -204,7 +215,14 @@ async def test_a_requeued_dead_letter_applies_its_answer_to_the_session(
     new_id = body.get("task", body)["task_id"]
     assert new_id != task_id
 
-    current = await session_when(client, sid, lambda s: s["version"] > before)
+    def answered(session: dict[str, Any]) -> bool:
+        return any(
+            s.get("task_id") == new_id and s["status"] == "completed"
+            for s in session["agent_sequence"]
+        )
+
+    current = await session_when(client, sid, answered)
+    assert current["version"] > before
     step = next(s for s in current["agent_sequence"] if s.get("task_id") == new_id)
     assert (step["status"], step["output_summary"]) == ("completed", "Here is your plan")
     assert current["session_state"]["agent_outputs"][PLAN_AGENT]["response"] == "Here is your plan"
