@@ -583,7 +583,7 @@ async def test_push_configs_get_the_tasks_signed_updates_until_deleted(
         ListTaskPushNotificationConfigsRequest(task_id=task_id)
     )
     assert list(listed.configs) == [config]
-    # A second config under the same id is refused; one without an id gets one.
+    # A second config under the same id is refused.
     with pytest.raises(InvalidParamsError, match="already has"):
         await a2a_blocking.create_task_push_notification_config(config)
 
@@ -601,7 +601,29 @@ async def test_push_configs_get_the_tasks_signed_updates_until_deleted(
     }
     assert updates[-1].status_update.status.state == TaskState.TASK_STATE_COMPLETED
 
-    # Deleted: gone from the list, and the next task's updates do not reach it.
+    # A second task with a config of its own, deleted once the task has completed but
+    # before the outbox ran: its pending deliveries go with it, and the first task's
+    # config hears nothing of the second task.
+    second = Gate()
+    other = await working_task(http, a2a_blocking, agent, second)
+    await a2a_blocking.create_task_push_notification_config(
+        TaskPushNotificationConfig(task_id=other, id="hook", url=config.url, token=PUSH_TOKEN)
+    )
+    before = len(receiver.bodies)
+    second.opened.set()
+
+    async def other_completed() -> bool:
+        task = await a2a_blocking.get_task(GetTaskRequest(id=other))
+        return task.status.state == TaskState.TASK_STATE_COMPLETED
+
+    await eventually(other_completed)
+    await a2a_blocking.delete_task_push_notification_config(
+        DeleteTaskPushNotificationConfigRequest(task_id=other, id="hook")
+    )
+    assert await events.deliver_due() == 0
+    assert len(receiver.bodies) == before
+
+    # Deleted: gone from the list, from get and from delete.
     await a2a_blocking.delete_task_push_notification_config(
         DeleteTaskPushNotificationConfigRequest(task_id=task_id, id="hook")
     )
@@ -617,24 +639,6 @@ async def test_push_configs_get_the_tasks_signed_updates_until_deleted(
         await a2a_blocking.delete_task_push_notification_config(
             DeleteTaskPushNotificationConfigRequest(task_id=task_id, id="hook")
         )
-
-    second = Gate()
-    other = await working_task(http, a2a_blocking, agent, second)
-    config.task_id = other
-    await a2a_blocking.create_task_push_notification_config(config)
-    await a2a_blocking.delete_task_push_notification_config(
-        DeleteTaskPushNotificationConfigRequest(task_id=other, id="hook")
-    )
-    before = len(receiver.bodies)
-    second.opened.set()
-
-    async def other_completed() -> bool:
-        task = await a2a_blocking.get_task(GetTaskRequest(id=other))
-        return task.status.state == TaskState.TASK_STATE_COMPLETED
-
-    await eventually(other_completed)
-    await events.deliver_due()
-    assert len(receiver.bodies) == before
 
 
 async def test_push_configs_are_refused_for_unseen_tasks_and_refused_urls(
