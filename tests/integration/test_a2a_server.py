@@ -663,6 +663,9 @@ async def test_push_configs_are_refused_for_unseen_tasks_and_refused_urls(
         TaskPushNotificationConfig(task_id=task_id, url="http://127.0.0.1:9/x")
     )
     assert mine.id  # given one
+    # Its delivery target is not a subscriber: /v1/subscriptions neither lists nor deletes it.
+    subscribers = await http.get("/v1/subscriptions")
+    assert (subscribers.status_code, subscribers.json()) == (200, [])
 
     # An admin's task of no session is not the agent key's to see: nor are its configs.
     queued = await http.post(
