@@ -350,7 +350,17 @@ def _url(sock: socket.socket) -> str:
 
 
 class _Server(uvicorn.Server):
-    """uvicorn's server, saying where it listens once it does (never before)."""
+    """uvicorn's server, saying where it listens once it does (never before), and ending
+    the app's event streams when it stops."""
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        """End the open event streams first: uvicorn waits for every open connection
+        before the app's own shutdown runs, and a stream never ends by itself."""
+        state = getattr(self.config.app, "state", None)
+        hub = state.get("event_hub") if state is not None else None
+        if hub is not None:
+            hub.end_streams()
+        await super().shutdown(sockets)
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets)

@@ -163,13 +163,16 @@ class EscalationService:
         task_id: UUID | None = None,
     ) -> UUID | None:
         """Mark the session escalated with why (session_escalate); the escalation's
-        decision id, or None when the session was not active or idle."""
+        decision id, or None when the session was not active or idle, or a person resolved
+        it after the decision's counters were read (they start again there)."""
         step = decided.step
         facts = step.inputs.facts
         why = f"{step.rule}: {step.reason}"
         if facts.intent or facts.agent:
             why += f" ({facts.intent or 'no intent'} -> {facts.agent or 'nobody'})"
-        async with self._db.connection() as conn:
+        async with self._db.transaction() as conn:
+            # The row lock orders this after a resolution that is committing, or before it.
+            await sessions_repo.lock_session(conn, session_id)
             escalated = await repo.escalate_session(
                 conn,
                 session_id,
@@ -180,6 +183,7 @@ class EscalationService:
                 self._clock.now(),
                 current_trace_id(),
                 task_id,
+                decided.prior.resolved_at,
             )
         if escalated is not None:
             logger.warning("session %s escalated: %s", session_id, why)

@@ -27,6 +27,7 @@ Every counter starts again when a person resolves the session.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Literal
 
 import msgspec
@@ -170,6 +171,8 @@ class PriorCounts(msgspec.Struct, frozen=True, kw_only=True):
     seconds_without_progress: int
     # The errors of the latest failed turns, newest first.
     last_errors: list[str] = []
+    # When a person last resolved the session (None: never): the counters start there.
+    resolved_at: datetime | None = None
 
 
 def count(prior: PriorCounts, event: Event, *, handed_off: bool, progressed: bool) -> Counters:

@@ -150,11 +150,21 @@ async def escalate_session(
     now: datetime,
     trace_id: str | None,
     task_id: UUID | None,
+    counted_from: datetime | None,
 ) -> UUID | None:
     """session_escalate(): the escalation's decision id, or None when the session was not
-    active or idle (nothing written)."""
+    active or idle, or was resolved after ``counted_from`` (nothing written)."""
     decided: UUID | None = await conn.fetchval(
-        Q.escalate_session, session_id, actor, why, context, next_step, now, trace_id, task_id
+        Q.escalate_session,
+        session_id,
+        actor,
+        why,
+        context,
+        next_step,
+        now,
+        trace_id,
+        task_id,
+        counted_from,
     )
     return decided
 

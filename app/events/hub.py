@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
 from collections import Counter, deque
 from collections.abc import Callable
@@ -44,6 +45,13 @@ class Subscriber:
         self.ready = asyncio.Event()
         # Set once the queue overflowed: the stream must end (the client resumes).
         self.evicted = asyncio.Event()
+        # Set when the server stops: the stream sends what is queued, then ends cleanly.
+        self.finished = False
+
+    def finish(self) -> None:
+        """End the stream once its queue is sent (the server is stopping)."""
+        self.finished = True
+        self.ready.set()
 
     def offer(self, event: StreamEvent) -> bool:
         """Queue ``event`` if wanted; False once the queue is full (evicted)."""
@@ -75,6 +83,8 @@ class EventHub:
         self._stopping = asyncio.Event()
         self._pump_task: asyncio.Task[None] | None = None
         self._start_lock = asyncio.Lock()
+        # Set by ``end_streams``: the server stops, every stream (even a new one) ends.
+        self._ending = False
         self._listener = Listener(
             database.url,
             CHANNEL,
@@ -104,7 +114,11 @@ class EventHub:
             async with self._db.connection() as conn:
                 self._last = await repo.last_position(conn)
             self._stopping.clear()
-            self._pump_task = asyncio.create_task(self._pump(), name="event-hub")
+            # A context of its own: started from the first stream's request, the pump must
+            # not run (and trace every query it makes) inside that request's trace for ever.
+            self._pump_task = asyncio.create_task(
+                self._pump(), name="event-hub", context=contextvars.Context()
+            )
             await self._listener.start()
             self._wake.set()  # number what was written while nobody listened
 
@@ -118,6 +132,15 @@ class EventHub:
         for subscriber in list(self._subscribers):
             subscriber.evicted.set()
             subscriber.ready.set()
+
+    def end_streams(self) -> None:
+        """The server is stopping: every open stream sends what is queued and ends, and a
+        stream opened from now on ends after its catch-up. uvicorn waits for open
+        connections before the app's shutdown runs (and ``stop`` with it): a stream left
+        open would hold the process for up to ``max_seconds``."""
+        self._ending = True
+        for subscriber in list(self._subscribers):
+            subscriber.finish()
 
     def open_stream(self, key: str) -> None:
         """Count a stream of ``key`` (429 past the per-key limit); ``close_stream`` ends it."""
@@ -138,6 +161,8 @@ class EventHub:
     def subscribe(self, wants: Callable[[StreamEvent], bool]) -> Subscriber:
         """A new stream's queue; events after the hub's last position are offered to it."""
         subscriber = Subscriber(wants, self._settings.queue_events)
+        if self._ending:
+            subscriber.finish()
         self._subscribers.add(subscriber)
         return subscriber
 

@@ -126,6 +126,8 @@ class EventStream:
                     yield event.frame
                     last = event.position
                 continue
+            if self.subscriber.finished:
+                return  # the server stops: the client resumes elsewhere with Last-Event-ID
             ready.clear()
             wait = settings.keepalive_seconds
             if ends_at is not None:

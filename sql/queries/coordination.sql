@@ -155,6 +155,10 @@ SELECT
           AND v.change_reason LIKE 'handoff to %'))::integer AS handoffs,
     greatest(0, floor(extract(epoch FROM $4::timestamptz - (SELECT at FROM progressed))))::integer
         AS seconds_without_progress,
+    -- The latest resolution counted from (NULL: none): an escalation decided with these
+    -- counters is acted on only if no resolution came since (escalate_session).
+    (SELECT max(created_at) FROM coordination_decisions
+     WHERE session_id = $1 AND outcome = 'resolved') AS resolved_at,
     (SELECT coalesce(array_agg(e.error ORDER BY e.created_at DESC), ARRAY[]::text[])
      FROM (SELECT error, created_at FROM turns WHERE error IS NOT NULL
            ORDER BY created_at DESC LIMIT 5) e) AS last_errors
@@ -201,14 +205,27 @@ WITH resolved AS (
 SELECT r.*, d.decision_id FROM resolved r, decided d
 
 -- name: latest_escalation
--- The decision that escalated the session last (what a resolution ends).
-SELECT decision_id, message, response -> 'output_data' AS context, created_at
-FROM coordination_decisions
-WHERE session_id = $1 AND outcome = 'escalated'
-ORDER BY created_at DESC, decision_id DESC
+-- The decision that escalated the session last (what a resolution ends), if it came after
+-- the last resolution: a session escalated again without one (a client's PATCH of its
+-- status) ends no escalation decision, not the one a person resolved before.
+SELECT e.decision_id, e.message, e.response -> 'output_data' AS context, e.created_at
+FROM coordination_decisions e
+WHERE e.session_id = $1 AND e.outcome = 'escalated'
+  AND NOT EXISTS (SELECT 1 FROM coordination_decisions r
+                  WHERE r.session_id = $1 AND r.outcome = 'resolved'
+                    AND (r.created_at, r.decision_id) > (e.created_at, e.decision_id))
+ORDER BY e.created_at DESC, e.decision_id DESC
 LIMIT 1
 
 -- name: escalate_session
 -- session_escalate in schema.sql: $1 session, $2 actor, $3 why, $4 context, $5 the
--- next-step decision, $6 now, $7 trace, $8 task. The decision's id, or NULL.
+-- next-step decision, $6 now, $7 trace, $8 task. The decision's id, or NULL (no row):
+-- also when a person resolved the session after $9, the latest resolution the decision's
+-- counters were read from (NULL: none), since that resolution started the counters again.
+-- Run with the session row locked (lock_session): a resolution has committed (and is seen
+-- here) or waits.
 SELECT session_escalate($1, $2, $3, $4, $5, $6, $7, $8)
+WHERE NOT EXISTS (
+    SELECT 1 FROM coordination_decisions
+    WHERE session_id = $1 AND outcome = 'resolved'
+      AND created_at > coalesce($9::timestamptz, '-infinity'::timestamptz))

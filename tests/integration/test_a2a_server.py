@@ -64,6 +64,7 @@ from app.settings import (
     Settings,
     TaskSettings,
 )
+from tests.a2a_agent import A2AAgent
 from tests.agent_server import AgentServer
 from tests.conftest import ADMIN_KEY, LOOPBACK_ALLOWED
 
@@ -949,3 +950,47 @@ async def test_a_task_of_no_session_takes_no_messages(
     follow_up.message.task_id = task_id
     with pytest.raises(InvalidParamsError, match="no session"):
         await collect(a2a_blocking.send_message(follow_up))
+
+
+async def test_a2a_in_and_out_a_downstream_question_ends_the_stream_and_the_reply_continues(
+    http: httpx.AsyncClient, a2a: Client, a2a_blocking: Client
+) -> None:
+    """An A2A client talks to Switchboard, which calls a real a2a-sdk agent that asks a
+    question first: the client's stream ends in input-required with the question, and its
+    reply (naming the task) completes the same task."""
+    downstream = await A2AAgent(behaviour="ask").start()
+    try:
+        patched = await http.patch(f"/v1/agents/{PLAN_AGENT}", json={"url": downstream.url})
+        assert patched.status_code == 200, patched.text
+        assert (await http.post(f"/v1/agents/{PLAN_AGENT}/discover")).status_code == 200
+        sid = await new_session(http)
+
+        events = await asyncio.wait_for(
+            collect(a2a.send_message(message(PLAN, context_id=sid))), 15
+        )
+        task_id = events[0].task.id
+        # The agent may have asked before the first event was written: then the task
+        # itself is the stream's last word.
+        last = (
+            events[-1].status_update.status
+            if events[-1].HasField("status_update")
+            else events[-1].task.status
+        )
+        assert last.state == TaskState.TASK_STATE_INPUT_REQUIRED
+        assert get_message_text(last.message) == downstream.question
+        assert not any(e.HasField("artifact_update") for e in events)
+        waiting = await a2a_blocking.get_task(GetTaskRequest(id=task_id))
+        assert waiting.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
+        # A subscription to a task waiting for the user starts and ends where it is.
+        resumed = await collect(a2a.subscribe(SubscribeToTaskRequest(id=task_id)))
+        assert [e.task.status.state for e in resumed] == [TaskState.TASK_STATE_INPUT_REQUIRED]
+
+        reply = message("January, thanks")
+        reply.message.task_id = task_id
+        [answered] = await collect(a2a_blocking.send_message(reply))
+        assert answered.task.id == task_id
+        assert answered.task.status.state == TaskState.TASK_STATE_COMPLETED
+        assert get_artifact_text(answered.task.artifacts[0]) == downstream.answer
+        assert downstream.received[-1].text == "January, thanks"
+    finally:
+        await downstream.stop()

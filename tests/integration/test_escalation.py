@@ -11,12 +11,19 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import timedelta
 from typing import Any
+from uuid import UUID
 
 import httpx
+import msgspec
 import pytest
 from litestar import Litestar
 
 from app.asgi import create_app
+from app.clock import SystemClock
+from app.coordination.escalation import StepEvent
+from app.coordination.next_step import NextStepRule
+from app.db.pool import Database
+from app.services import build_services
 from app.settings import CoordinationSettings, DatabaseSettings, Settings, TaskSettings
 from tests.agent_server import AgentServer
 from tests.conftest import ADMIN_KEY, LOOPBACK_ALLOWED
@@ -434,3 +441,83 @@ async def test_a_session_without_progress_for_too_long_escalates(
     assert late["next_step"]["inputs"]["counters"]["seconds_without_progress"] >= 2
     assert late["next_step"]["rule"] == "stalled"
     assert late["session_status"] == "escalated"
+
+
+@pytest.mark.parametrize("limits", [{"max_consecutive_fallbacks": 1, "max_step_retries": 100}])
+async def test_a_resolution_names_only_the_escalation_it_ends(
+    client: httpx.AsyncClient, limits: dict[str, Any]
+) -> None:
+    """A session escalated again without an escalation decision (a client's PATCH of the
+    status) is resolved with no escalation named: the one a person resolved before is
+    over, and naming it again told subscribers and the log the wrong story."""
+    session = await create_session(client)
+    sid = session["session_id"]
+    await send(client, sid, QUESTION)
+    assert (await send(client, sid, QUESTION)).json()["session_status"] == "escalated"
+    [escalation] = [d for d in await decisions(client, sid) if d["outcome"] == "escalated"]
+    first = await client.post(f"/v1/sessions/{sid}/resolve", json={"note": "first"})
+    assert first.status_code == 200, first.text
+    assert first.json()["escalation_decision_id"] == escalation["decision_id"]
+
+    version = (await status_of(client, sid))["version"]
+    patched = await client.patch(
+        f"/v1/sessions/{sid}", json={"status": "escalated", "base_version": version}
+    )
+    assert patched.status_code == 200, patched.text
+    second = await client.post(f"/v1/sessions/{sid}/resolve", json={"note": "second"})
+    assert second.status_code == 200, second.text
+    body = second.json()
+    assert (body["escalation_decision_id"], body["escalation_reason"]) == (None, None)
+    resolution = (await decisions(client, sid))[-1]
+    assert (resolution["outcome"], resolution["message"]) == ("resolved", "second")
+    assert resolution["response"]["output_data"] == {}
+
+
+@pytest.mark.parametrize("limits", [{"max_consecutive_fallbacks": 1, "max_step_retries": 100}])
+async def test_a_decision_counted_before_a_resolution_does_not_escalate_after_it(
+    client: httpx.AsyncClient, database_url: str, settings: Settings, limits: dict[str, Any]
+) -> None:
+    """A turn's or a task's next step is decided from the counters, then written, then acted
+    on: a person who resolves the session in between started the counters again, so the
+    escalation decided with the old ones must not mark the session escalated again (it
+    did, at once, for the fallbacks the person had just dealt with)."""
+    session = await create_session(client)
+    sid = session["session_id"]
+    await send(client, sid, QUESTION)
+    assert (await send(client, sid, QUESTION)).json()["session_status"] == "escalated"
+
+    database = Database(database_url, settings.database)
+    await database.open()
+    try:
+        services = build_services(settings, database, SystemClock(), replica="race")
+        rules = (await client.get("/v1/next-step-rules")).json()
+        happened = StepEvent(
+            event="fallback",
+            intent="ask_question",
+            agent=EDUCATE_AGENT,
+            error="fallback",
+            handed_off=False,
+            suggested=None,
+            progress_before=0,
+            progress_after=0,
+            pending_actions=(),
+        )
+        # A task's late fallback, decided while the session is still escalated...
+        decided = await services.escalation.decide(
+            UUID(sid), happened, [msgspec.convert(r, NextStepRule) for r in rules]
+        )
+        assert decided.escalates
+        # ...a person resolves it...
+        resolved = await client.post(f"/v1/sessions/{sid}/resolve", json={"note": "fixed"})
+        assert resolved.status_code == 200, resolved.text
+        # ...then the old decision is acted on: nothing happens.
+        assert await services.escalation.escalate(UUID(sid), "late-task", decided) is None
+        await services.aclose()
+    finally:
+        await database.close()
+    current = await status_of(client, sid)
+    assert (current["status"], current["version"]) == ("active", resolved.json()["session_version"])
+    assert [d["outcome"] for d in await decisions(client, sid)][-1] == "resolved"
+    # A decision counted after the resolution still escalates.
+    await send(client, sid, QUESTION)
+    assert (await send(client, sid, QUESTION)).json()["session_status"] == "escalated"

@@ -18,7 +18,12 @@ from typing import Any
 import asyncpg
 import httpx
 import pytest
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from app.db.pool import Database
+from app.events.hub import EventHub
+from app.settings import DatabaseSettings, StreamSettings, TracingSettings
+from app.tracing import Tracing
 from bench.serve import free_port, spawn
 from tests import dbutil
 from tests.conftest import ADMIN_KEY
@@ -337,3 +342,92 @@ async def test_who_may_open_which_stream(a: httpx.AsyncClient, replicas: Replica
     assert_problem(await a.get(path, headers={"Last-Event-ID": str(2**62)}), 400)  # never sent
     assert_problem(await a.get("/v1/events/stream?types=session.nope"), 400)
     assert_problem(await a.get("/v1/events/stream?types=,"), 400)
+
+
+async def test_sigterm_ends_open_streams_and_the_server_stops(
+    server_url: str, template_database: str
+) -> None:
+    """A replica told to stop (SIGTERM) ends its open streams cleanly (what was queued, then
+    the end of the response) and exits: uvicorn waits for open connections before the
+    app's shutdown, so a stream left open held the process for up to
+    SWITCHBOARD_STREAM_MAX_SECONDS."""
+    name = dbutil.unique_name("sbtest_streams_stop")
+    await dbutil.create_database(server_url, name, template=template_database)
+    url = dbutil.with_database(server_url, name)
+    port = free_port()
+    env = {
+        "SWITCHBOARD_DATABASE_URL": url,
+        "SWITCHBOARD_ADMIN_KEY": ADMIN_KEY,
+        "SWITCHBOARD_STREAM_KEEPALIVE_SECONDS": "1",
+    }
+    process = await asyncio.to_thread(spawn, "switchboard", port, env)
+    try:
+        base = f"http://127.0.0.1:{port}"
+        async with httpx.AsyncClient(base_url=base, headers=ADMIN, timeout=10) as client:
+            session = await create_session(client)
+            response, stream = await open_stream(
+                client, f"/v1/sessions/{session['session_id']}/events"
+            )
+            admin_response, admin = await open_stream(client, "/v1/events/stream")
+            try:
+                await patch(client, session, 1)
+                assert (await stream.next_event()).data["payload"]["version"] == 2
+                await admin.next_event()
+                process.terminate()
+                # Both streams end, cleanly (no error): the client reconnects elsewhere.
+                with pytest.raises(EOFError):
+                    await stream.next_event(within=10)
+                with pytest.raises(EOFError):
+                    await admin.next_event(within=10)
+            finally:
+                await response.aclose()
+                await admin_response.aclose()
+        code = await asyncio.to_thread(process.wait, 15)
+        assert code is not None
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        await dbutil.drop_database(server_url, name)
+
+
+async def test_the_hub_does_not_run_in_the_trace_of_the_stream_that_started_it(
+    database_url: str,
+) -> None:
+    """The first stream of a process starts the hub from its request: the pump must not
+    inherit that request's span, or every query it makes for the life of the process (a
+    numbering on each NOTIFY and every ``sync_seconds``) is recorded in that one trace."""
+    spans = InMemorySpanExporter()
+    tracing = Tracing(TracingSettings(), exporters=[spans])
+    tracing.start()  # traces database queries, as a deployment that exports does
+    database = Database(database_url, DatabaseSettings(pool_min_size=1, pool_max_size=3))
+    await database.open()
+    hub = EventHub(database, StreamSettings(sync_seconds=0.2))
+    try:
+        with tracing.span("GET /v1/events/stream") as request_trace:
+            await hub.start()
+        in_request = len(spans.get_finished_spans())
+        conn = await asyncpg.connect(database_url)
+        try:
+            newest = await conn.fetchval(
+                "INSERT INTO outbox_events (event_type, payload) VALUES ('memory.purged', '{}') "
+                "RETURNING event_id"
+            )
+            deadline = time.monotonic() + 10
+            while (
+                await conn.fetchval(
+                    "SELECT position FROM outbox_events WHERE event_id = $1", newest
+                )
+                is None
+            ):
+                assert time.monotonic() < deadline, "the hub never numbered the event"
+                await asyncio.sleep(0.05)
+        finally:
+            await conn.close()
+        await asyncio.sleep(0.5)  # a few more sync rounds of the pump
+        later = spans.get_finished_spans()[in_request:]
+        assert not [s.name for s in later if format(s.context.trace_id, "032x") == request_trace]
+    finally:
+        await hub.stop()
+        await database.close()
+        tracing.shutdown()
