@@ -259,6 +259,7 @@ def create_app(
                         services.tasks,
                         services.webhooks,
                         AgentTaskStore(services.tasks),
+                        services.push_configs,
                     )
                 ),
                 BODY_LIMIT_STATE: settings.max_body_bytes,

@@ -16,6 +16,7 @@ import os
 import secrets
 import socket
 
+from app.a2a.push import PushConfigs
 from app.agents.service import AgentService
 from app.branches.service import BranchService
 from app.clock import Clock
@@ -131,6 +132,7 @@ class Services:
         self.agent_call = AgentCall(self.agents, self.breakers, self.agent_client, clock)
         self.tasks.register("agent_call", self.agent_call)
         self.events = EventService(database, clock, settings.scheduler, self.http, self.outbound)
+        self.push_configs = PushConfigs(database, clock, self.tasks, self.outbound)
         # Event streams: one hub (one LISTEN connection) per process, started by the first
         # stream; the streams it feeds.
         self.event_hub = EventHub(database, settings.streams)

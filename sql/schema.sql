@@ -508,7 +508,11 @@ CREATE TABLE subscriptions (
     event_types text[] NOT NULL CHECK (cardinality(event_types) > 0),
     secret text NOT NULL CHECK (char_length(secret) >= 16),
     created_at timestamptz NOT NULL DEFAULT now(),
-    disabled_at timestamptz
+    disabled_at timestamptz,
+    -- (revision 0026) The delivery target of an A2A push config (a2a_push_configs, which
+    -- adds the foreign key): it gets only task_id's events. NULL for a subscriber.
+    push_config_id uuid UNIQUE,
+    task_id uuid
 );
 
 -- The W3C traceparent of the request or job whose transaction this is (revision 0016):
@@ -1039,7 +1043,8 @@ BEGIN
     INSERT INTO event_deliveries (event_id, subscription_id, next_attempt_at)
     SELECT e.event_id, sub.subscription_id, e.created_at
     FROM written e
-    JOIN subscriptions sub ON subscription_wants(sub, e.event_type);
+    JOIN subscriptions sub ON subscription_wants(sub, e.event_type)
+        AND (sub.task_id IS NULL OR sub.task_id::text = e.payload ->> 'task_id');
     PERFORM pg_notify('switchboard_outbox', '');
     RETURN NULL;
 END
@@ -1387,6 +1392,25 @@ CREATE TRIGGER agent_tasks_transition
     WHEN (OLD.status IS DISTINCT FROM NEW.status OR OLD.attempt <> NEW.attempt
           OR (OLD.lease_owner IS NOT NULL AND NEW.lease_owner IS NULL))
     EXECUTE FUNCTION agent_task_transition();
+
+-- A2A push notification configs (revision 0026): set on a task by a caller who may see
+-- it, gone with it. Each has a delivery target in subscriptions (push_config_id, gone
+-- with the config) that the fan-out gives only its task's task.transition events; the
+-- outbox's delivery loop posts them as A2A StreamResponse bodies (app/a2a/push.py).
+CREATE TABLE a2a_push_configs (
+    push_config_id uuid PRIMARY KEY DEFAULT uuid_generate_v7(),
+    task_id uuid NOT NULL REFERENCES agent_tasks (task_id) ON DELETE CASCADE,
+    config_id text NOT NULL CHECK (char_length(config_id) BETWEEN 1 AND 200),
+    url text NOT NULL CHECK (url ~ '^https?://[^\s]+$' AND char_length(url) <= 2000),
+    token text CHECK (char_length(token) <= 2000),
+    authentication jsonb,
+    created_by text NOT NULL,
+    created_at timestamptz NOT NULL DEFAULT now(),
+    UNIQUE (task_id, config_id)
+);
+
+ALTER TABLE subscriptions ADD CONSTRAINT subscriptions_push_config_id_fkey
+    FOREIGN KEY (push_config_id) REFERENCES a2a_push_configs (push_config_id) ON DELETE CASCADE;
 
 -- The key of the claimers' turn (also taken by a submission leased at once).
 CREATE FUNCTION agent_tasks_claim_lock() RETURNS bigint

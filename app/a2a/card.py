@@ -1,7 +1,7 @@
 """Switchboard's A2A 1.0 agent card, built with the a2a-sdk's types and serialized by it
 (the SDK adds the fields A2A 0.3 clients read: ``url``, ``protocolVersion``,
 ``preferredTransport``). It advertises exactly what works: the JSON-RPC interface at
-``A2A_PATH``, streaming, no push notifications, no extended card; the API keys as its
+``A2A_PATH``, streaming, push notifications, no extended card; the API keys as its
 security schemes; the coordinator's own skill and every skill of the registry's skill map
 (the skills the enabled agents' published cards offer)."""
 
@@ -79,7 +79,7 @@ def agent_card(base_url: str, version: str, skills: list[SkillAgents]) -> AgentC
             ),
         ],
         capabilities=AgentCapabilities(
-            streaming=True, push_notifications=False, extended_agent_card=False
+            streaming=True, push_notifications=True, extended_agent_card=False
         ),
         security_schemes={
             "bearer": SecurityScheme(

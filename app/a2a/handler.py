@@ -15,8 +15,8 @@ the coordinator and the durable task service.
 - ``GetTask``, ``ListTasks`` and ``CancelTask`` read and cancel the same rows through
   ``AgentTaskStore`` and the task service, with the REST API's visibility rules.
 
-Push notifications are not offered (the card says so): the methods answer
-PushNotificationNotSupportedError (docs/a2a.md says why).
+- The push notification config methods store configs per task (app/a2a/push.py); the
+  event outbox delivers the task's status updates to them.
 """
 
 from __future__ import annotations
@@ -51,7 +51,6 @@ from a2a.types import (
 from a2a.utils.errors import (
     ExtendedAgentCardNotConfiguredError,
     InvalidParamsError,
-    PushNotificationNotSupportedError,
     TaskNotCancelableError,
     TaskNotFoundError,
     UnsupportedOperationError,
@@ -70,6 +69,7 @@ from app.a2a.convert import (
     task_status,
 )
 from app.a2a.errors import as_a2a_errors
+from app.a2a.push import PushConfigs
 from app.a2a.schemas import MessageMetadata
 from app.a2a.store import AgentTaskStore, principal_of
 from app.auth.principal import Principal
@@ -81,9 +81,9 @@ from app.tasks.schemas import Task as StoredTask
 from app.tasks.service import TaskService
 from app.webhooks.service import WebhookService
 
-PUSH_NOT_SUPPORTED = (
-    "Switchboard does not send A2A push notifications; stream the task "
-    "(SendStreamingMessage, SubscribeToTask) or subscribe to its events (/v1/subscriptions)."
+PUSH_IN_SEND = (
+    "Set a push config with CreateTaskPushNotificationConfig once the task exists "
+    "(send with returnImmediately to have it at once): SendMessage takes none."
 )
 
 
@@ -96,11 +96,13 @@ class SwitchboardRequestHandler(RequestHandler):
         tasks: TaskService,
         webhooks: WebhookService,
         store: AgentTaskStore,
+        push: PushConfigs,
     ) -> None:
         self._coordinator = coordinator
         self._tasks = tasks
         self._webhooks = webhooks
         self._store = store
+        self._push = push
 
     # -- messages ----------------------------------------------------------------------
 
@@ -132,7 +134,7 @@ class SwitchboardRequestHandler(RequestHandler):
         self, params: SendMessageRequest, principal: Principal, respond_async: bool
     ) -> Task | Message:
         if params.configuration.HasField("task_push_notification_config"):
-            raise PushNotificationNotSupportedError(message=PUSH_NOT_SUPPORTED)
+            raise InvalidParamsError(message=PUSH_IN_SEND)
         message = params.message
         with as_a2a_errors():
             meta = MessageMetadata.from_struct(message.metadata)
@@ -270,31 +272,33 @@ class SwitchboardRequestHandler(RequestHandler):
         except NotFound:
             raise TaskNotFoundError from None
 
-    # -- push notifications and the extended card: not offered -------------------------
+    # -- push notifications (app/a2a/push.py) -----------------------------------------
 
     async def on_create_task_push_notification_config(
         self, params: TaskPushNotificationConfig, context: ServerCallContext
     ) -> TaskPushNotificationConfig:
-        """Not offered (capabilities.pushNotifications is false)."""
-        raise PushNotificationNotSupportedError(message=PUSH_NOT_SUPPORTED)
+        """Set a push config on a task the caller may see."""
+        return await self._push.create(params, principal_of(context))
 
     async def on_get_task_push_notification_config(
         self, params: GetTaskPushNotificationConfigRequest, context: ServerCallContext
     ) -> TaskPushNotificationConfig:
-        """Not offered (capabilities.pushNotifications is false)."""
-        raise PushNotificationNotSupportedError(message=PUSH_NOT_SUPPORTED)
+        """One of the caller's push configs of the task."""
+        return await self._push.get(params.task_id, params.id, principal_of(context))
 
     async def on_list_task_push_notification_configs(
         self, params: ListTaskPushNotificationConfigsRequest, context: ServerCallContext
     ) -> ListTaskPushNotificationConfigsResponse:
-        """Not offered (capabilities.pushNotifications is false)."""
-        raise PushNotificationNotSupportedError(message=PUSH_NOT_SUPPORTED)
+        """The caller's push configs of the task."""
+        return await self._push.list_configs(params.task_id, principal_of(context))
 
     async def on_delete_task_push_notification_config(
         self, params: DeleteTaskPushNotificationConfigRequest, context: ServerCallContext
     ) -> None:
-        """Not offered (capabilities.pushNotifications is false)."""
-        raise PushNotificationNotSupportedError(message=PUSH_NOT_SUPPORTED)
+        """Delete one of the caller's push configs: no more deliveries to it."""
+        await self._push.delete(params.task_id, params.id, principal_of(context))
+
+    # -- the extended card: not offered ------------------------------------------------
 
     async def on_get_extended_agent_card(
         self, params: GetExtendedAgentCardRequest, context: ServerCallContext

@@ -130,6 +130,10 @@ class DueDelivery:
     created_at: datetime
     url: str
     secret: str
+    # An A2A push config's delivery target (app/a2a/push.py): its token and authentication.
+    push: bool = False
+    push_token: str | None = None
+    push_authentication: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)

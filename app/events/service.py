@@ -20,6 +20,7 @@ from uuid import UUID
 import httpx
 import orjson
 
+from app.a2a.push_body import push_body, push_headers
 from app.clock import Clock
 from app.common.pagination import FIRST_PAGE_OF_PAIRS, cut_page, decode_time_id_id_cursor
 from app.db.pool import Database
@@ -129,14 +130,19 @@ class EventService:
         return len(due)
 
     async def _deliver(self, row: DueDelivery) -> None:
-        body = orjson.dumps(
-            {
+        # An A2A push config's target gets the event as an A2A StreamResponse, with the
+        # config's token and authentication; everything else about delivery is the same.
+        envelope = (
+            push_body(row.payload, row.created_at)
+            if row.push
+            else {
                 "event_id": str(row.event_id),
                 "event_type": row.event_type,
                 "created_at": row.created_at.isoformat(),
                 "payload": row.payload,
             }
         )
+        body = orjson.dumps(envelope)
         timestamp = int(self._clock.now().timestamp())
         headers = outbound_headers(
             {
@@ -146,6 +152,7 @@ class EventService:
                 TIMESTAMP_HEADER: str(timestamp),
                 SIGNATURE_HEADER: sign(row.secret, timestamp, body),
             }
+            | (push_headers(row.push_token, row.push_authentication) if row.push else {})
         )
         error: str | None = None
         try:

@@ -18,7 +18,13 @@ FROM due, outbox_events e, subscriptions s
 WHERE d.event_id = due.event_id AND d.subscription_id = due.subscription_id
   AND e.event_id = d.event_id AND s.subscription_id = d.subscription_id
 RETURNING d.event_id, d.subscription_id, d.attempts, e.event_type, e.payload, e.created_at,
-          s.url, s.secret
+          s.url, s.secret,
+          -- An A2A push config's target: its token and authentication (app/a2a/push.py).
+          s.push_config_id IS NOT NULL AS push,
+          (SELECT p.token FROM a2a_push_configs p WHERE p.push_config_id = s.push_config_id)
+              AS push_token,
+          (SELECT p.authentication FROM a2a_push_configs p
+           WHERE p.push_config_id = s.push_config_id) AS push_authentication
 
 -- name: mark_delivered
 UPDATE event_deliveries
@@ -38,11 +44,13 @@ VALUES ($1, $2, $3, $4)
 RETURNING subscription_id, url, event_types, created_at, disabled_at
 
 -- name: list_subscriptions
+-- A2A push configs' delivery targets (push_config_id set) are not subscribers.
 SELECT subscription_id, url, event_types, created_at, disabled_at
-FROM subscriptions ORDER BY created_at
+FROM subscriptions WHERE push_config_id IS NULL ORDER BY created_at
 
 -- name: delete_subscription
-DELETE FROM subscriptions WHERE subscription_id = $1 RETURNING subscription_id
+DELETE FROM subscriptions WHERE subscription_id = $1 AND push_config_id IS NULL
+RETURNING subscription_id
 
 -- name: list_deliveries
 -- Events with their delivery state, newest first; $1 status filter (NULL: all). A row is

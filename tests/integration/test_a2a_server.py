@@ -1,7 +1,7 @@
 """Switchboard as an A2A 1.0 server, spoken to by the a2a-sdk's own client over a real
 uvicorn server on 127.0.0.1, with real agents (tests/agent_server.py) downstream: the card,
 SendMessage (explicit and implicit continuation), SendStreamingMessage, GetTask, ListTasks,
-CancelTask, SubscribeToTask after a dropped stream, push configs (not offered), the
+CancelTask, SubscribeToTask after a dropped stream, push configs and their delivery, the
 JSON-RPC errors and the 401 of a call without a key."""
 
 from __future__ import annotations
@@ -13,12 +13,14 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import httpx
+import orjson
 import pytest
 import uvicorn
 from a2a.client import ClientConfig, create_client
 from a2a.client.client import Client
 from a2a.helpers import get_artifact_text, get_message_text, new_text_message
 from a2a.types import (
+    AuthenticationInfo,
     CancelTaskRequest,
     DeleteTaskPushNotificationConfigRequest,
     GetExtendedAgentCardRequest,
@@ -38,20 +40,26 @@ from a2a.utils.errors import (
     JSON_RPC_ERROR_CODE_MAP,
     ExtendedAgentCardNotConfiguredError,
     InvalidParamsError,
-    PushNotificationNotSupportedError,
     TaskNotCancelableError,
     TaskNotFoundError,
     UnsupportedOperationError,
 )
-from google.protobuf.json_format import MessageToDict
+from google.protobuf.json_format import MessageToDict, ParseDict
 from litestar import Litestar
 
 from app.asgi import create_app
 from app.auth.ratelimit import RateLimiter
+from app.clock import SystemClock
+from app.db.pool import Database
+from app.events.service import EventService
+from app.events.signing import SIGNATURE_HEADER, TIMESTAMP_HEADER, sign
+from app.outbound.policy import OutboundPolicy
+from app.outbound.transport import outbound_client
 from app.server import bind, uvicorn_config
 from app.settings import (
     CoordinationSettings,
     DatabaseSettings,
+    SchedulerSettings,
     ServerSettings,
     Settings,
     TaskSettings,
@@ -223,7 +231,7 @@ async def test_the_card_says_what_works_and_the_sdk_client_is_built_from_it(
                 for v in ("1.0", "0.3")
             ]
             assert document["capabilities"]["streaming"] is True
-            assert document["capabilities"].get("pushNotifications", False) is False
+            assert document["capabilities"]["pushNotifications"] is True
             assert set(document["securitySchemes"]) == {"bearer", "apiKey"}
             assert document["securitySchemes"]["apiKey"]["apiKeySecurityScheme"]["name"] == (
                 "X-API-Key"
@@ -481,28 +489,9 @@ async def test_an_agent_key_lists_only_its_own_tasks(
         await caller.close()
 
 
-async def test_push_configs_and_the_extended_card_are_not_offered(
+async def test_the_extended_card_is_not_offered(
     http: httpx.AsyncClient, a2a_blocking: Client, agent: AgentServer
 ) -> None:
-    await route_to(http, agent)
-    sid = await new_session(http)
-    [event] = await collect(a2a_blocking.send_message(message(PLAN, context_id=sid)))
-    task_id = event.task.id
-    config = TaskPushNotificationConfig(task_id=task_id, url="https://example.com/hook")
-    with pytest.raises(PushNotificationNotSupportedError):
-        await a2a_blocking.create_task_push_notification_config(config)
-    with pytest.raises(PushNotificationNotSupportedError):
-        await a2a_blocking.get_task_push_notification_config(
-            GetTaskPushNotificationConfigRequest(task_id=task_id, id="c")
-        )
-    with pytest.raises(PushNotificationNotSupportedError):
-        await a2a_blocking.list_task_push_notification_configs(
-            ListTaskPushNotificationConfigsRequest(task_id=task_id)
-        )
-    with pytest.raises(PushNotificationNotSupportedError):
-        await a2a_blocking.delete_task_push_notification_config(
-            DeleteTaskPushNotificationConfigRequest(task_id=task_id, id="c")
-        )
     # The card says there is no extended card: the client keeps the public one, and a
     # caller asking anyway gets the protocol's error.
     card = await a2a_blocking.get_extended_agent_card(GetExtendedAgentCardRequest())
@@ -516,10 +505,208 @@ async def test_push_configs_and_the_extended_card_are_not_offered(
         asked.json()["error"]["code"]
         == JSON_RPC_ERROR_CODE_MAP[ExtendedAgentCardNotConfiguredError]
     )
+
+
+# -- push notifications ---------------------------------------------------------------
+
+PUSH_TOKEN = "push-token-0123456789abcdef"
+
+
+@pytest.fixture
+async def events(database_url: str) -> AsyncIterator[EventService]:
+    """The outbox's delivery, run by the test (the app's scheduler is off in tests)."""
+    database = Database(database_url, DatabaseSettings(pool_min_size=1, pool_max_size=2))
+    await database.open()
+    outbound = OutboundPolicy(LOOPBACK_ALLOWED)
+    async with outbound_client(outbound) as client:
+        yield EventService(database, SystemClock(), SchedulerSettings(), client, outbound)
+    await database.close()
+
+
+@pytest.fixture
+async def receiver() -> AsyncIterator[AgentServer]:
+    """A real HTTP endpoint on 127.0.0.1 the push notifications go to."""
+    server = await AgentServer().start()
+    yield server
+    await server.stop()
+
+
+async def working_task(
+    http: httpx.AsyncClient, a2a_blocking: Client, agent: AgentServer, gate: Gate
+) -> str:
+    """A task whose agent holds its answer until ``gate`` opens; its id."""
+    agent.before_reply = gate
+    await route_to(http, agent)
+    sid = await new_session(http)
+    request = message(PLAN, context_id=sid)
+    request.configuration.CopyFrom(SendMessageConfiguration(return_immediately=True))
+    [event] = await collect(a2a_blocking.send_message(request))
+    await asyncio.wait_for(gate.entered.wait(), 10)
+    return str(event.task.id)
+
+
+def pushed(receiver: AgentServer) -> list[StreamResponse]:
+    """What the receiver got, each checked: the token, the authentication and the
+    signature (keyed with the token)."""
+    updates = []
+    for body, headers in zip(receiver.bodies, receiver.headers, strict=True):
+        assert headers["x-a2a-notification-token"] == PUSH_TOKEN
+        assert headers["authorization"] == "Bearer receiver-credential"
+        stamp = int(headers[TIMESTAMP_HEADER.lower()])
+        assert headers[SIGNATURE_HEADER.lower()] == sign(PUSH_TOKEN, stamp, body)
+        updates.append(ParseDict(orjson.loads(body), StreamResponse()))
+    return updates
+
+
+async def test_push_configs_get_the_tasks_signed_updates_until_deleted(
+    http: httpx.AsyncClient,
+    a2a_blocking: Client,
+    agent: AgentServer,
+    receiver: AgentServer,
+    events: EventService,
+) -> None:
+    gate = Gate()
+    task_id = await working_task(http, a2a_blocking, agent, gate)
+    config = TaskPushNotificationConfig(
+        task_id=task_id,
+        id="hook",
+        url=f"{receiver.url}/push",
+        token=PUSH_TOKEN,
+        authentication=AuthenticationInfo(scheme="Bearer", credentials="receiver-credential"),
+    )
+    created = await a2a_blocking.create_task_push_notification_config(config)
+    assert created == config
+    got = await a2a_blocking.get_task_push_notification_config(
+        GetTaskPushNotificationConfigRequest(task_id=task_id, id="hook")
+    )
+    assert got == config
+    listed = await a2a_blocking.list_task_push_notification_configs(
+        ListTaskPushNotificationConfigsRequest(task_id=task_id)
+    )
+    assert list(listed.configs) == [config]
+    # A second config under the same id is refused.
+    with pytest.raises(InvalidParamsError, match="already has"):
+        await a2a_blocking.create_task_push_notification_config(config)
+
+    gate.opened.set()
+
+    async def completed() -> bool:
+        await events.deliver_due()
+        states = [u.status_update.status.state for u in pushed(receiver)]
+        return TaskState.TASK_STATE_COMPLETED in states
+
+    await eventually(completed)
+    updates = pushed(receiver)
+    assert {(u.status_update.task_id, u.status_update.context_id) for u in updates} == {
+        (task_id, (await a2a_blocking.get_task(GetTaskRequest(id=task_id))).context_id)
+    }
+    assert updates[-1].status_update.status.state == TaskState.TASK_STATE_COMPLETED
+
+    # A second task with a config of its own, deleted once the task has completed but
+    # before the outbox ran: its pending deliveries go with it, and the first task's
+    # config hears nothing of the second task.
+    second = Gate()
+    other = await working_task(http, a2a_blocking, agent, second)
+    await a2a_blocking.create_task_push_notification_config(
+        TaskPushNotificationConfig(task_id=other, id="hook", url=config.url, token=PUSH_TOKEN)
+    )
+    before = len(receiver.bodies)
+    second.opened.set()
+
+    async def other_completed() -> bool:
+        task = await a2a_blocking.get_task(GetTaskRequest(id=other))
+        return task.status.state == TaskState.TASK_STATE_COMPLETED
+
+    await eventually(other_completed)
+    await a2a_blocking.delete_task_push_notification_config(
+        DeleteTaskPushNotificationConfigRequest(task_id=other, id="hook")
+    )
+    assert await events.deliver_due() == 0
+    assert len(receiver.bodies) == before
+
+    # Deleted: gone from the list, from get and from delete.
+    await a2a_blocking.delete_task_push_notification_config(
+        DeleteTaskPushNotificationConfigRequest(task_id=task_id, id="hook")
+    )
+    listed = await a2a_blocking.list_task_push_notification_configs(
+        ListTaskPushNotificationConfigsRequest(task_id=task_id)
+    )
+    assert list(listed.configs) == []
+    with pytest.raises(InvalidParamsError, match="no push config"):
+        await a2a_blocking.get_task_push_notification_config(
+            GetTaskPushNotificationConfigRequest(task_id=task_id, id="hook")
+        )
+    with pytest.raises(InvalidParamsError, match="no push config"):
+        await a2a_blocking.delete_task_push_notification_config(
+            DeleteTaskPushNotificationConfigRequest(task_id=task_id, id="hook")
+        )
+
+
+async def test_push_configs_are_refused_for_unseen_tasks_and_refused_urls(
+    base_url: str, http: httpx.AsyncClient, a2a_blocking: Client, agent: AgentServer
+) -> None:
+    await route_to(http, agent)
+    sid = await new_session(http)
+    [event] = await collect(a2a_blocking.send_message(message(PLAN, context_id=sid)))
+    task_id = event.task.id
+    # The outbound policy's refusals (here the link-local metadata address) are
+    # InvalidParams, as is a URL that is not http(s).
+    for url in ("http://169.254.169.254/latest", "ftp://127.0.0.1/x"):
+        with pytest.raises(InvalidParamsError, match="may not send push"):
+            await a2a_blocking.create_task_push_notification_config(
+                TaskPushNotificationConfig(task_id=task_id, url=url)
+            )
+    with pytest.raises(TaskNotFoundError):
+        await a2a_blocking.create_task_push_notification_config(
+            TaskPushNotificationConfig(task_id=str(uuid.uuid4()), url="http://127.0.0.1:9/x")
+        )
+    mine = await a2a_blocking.create_task_push_notification_config(
+        TaskPushNotificationConfig(task_id=task_id, url="http://127.0.0.1:9/x")
+    )
+    assert mine.id  # given one
+    # Its delivery target is not a subscriber: /v1/subscriptions neither lists nor deletes it.
+    subscribers = await http.get("/v1/subscriptions")
+    assert (subscribers.status_code, subscribers.json()) == (200, [])
+
+    # An admin's task of no session is not the agent key's to see: nor are its configs.
+    queued = await http.post(
+        "/v1/tasks",
+        json={
+            "agent_name": PLAN_AGENT,
+            "input": {"message": "later"},
+            "scheduled_at": "2099-01-01T00:00:00Z",
+        },
+    )
+    assert queued.status_code in (201, 202), queued.text
+    body = queued.json()
+    hidden = body.get("task", body)["task_id"]
+    created = await http.post("/v1/agents", json={"name": "a2a_pusher"})
+    assert created.status_code == 201, created.text
+    async with httpx.AsyncClient(
+        headers={"X-API-Key": created.json()["api_key"]}, timeout=30
+    ) as transport:
+        caller = await create_client(
+            base_url, ClientConfig(httpx_client=transport, streaming=False)
+        )
+        with pytest.raises(TaskNotFoundError):
+            await caller.create_task_push_notification_config(
+                TaskPushNotificationConfig(task_id=hidden, url="http://127.0.0.1:9/x")
+            )
+        # The session's task it may see, but not the admin's config on it.
+        listed = await caller.list_task_push_notification_configs(
+            ListTaskPushNotificationConfigsRequest(task_id=task_id)
+        )
+        assert list(listed.configs) == []
+        with pytest.raises(InvalidParamsError):
+            await caller.delete_task_push_notification_config(
+                DeleteTaskPushNotificationConfigRequest(task_id=task_id, id=mine.id)
+            )
+        await caller.close()
+
     # A message asking for pushes is refused before anything is written.
     request = message(PLAN, context_id=sid)
-    request.configuration.task_push_notification_config.CopyFrom(config)
-    with pytest.raises(PushNotificationNotSupportedError):
+    request.configuration.task_push_notification_config.CopyFrom(mine)
+    with pytest.raises(InvalidParamsError, match="CreateTaskPushNotificationConfig"):
         await collect(a2a_blocking.send_message(request))
     assert len(agent.requests) == 1
 

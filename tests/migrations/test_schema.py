@@ -56,6 +56,7 @@ CORE_TABLES = {
     "idempotency_keys",
     "agent_tasks",
     "dead_letters",
+    "a2a_push_configs",
 }
 
 # Tables keyed by a generated uuid: the uuid-key check must see at least these.
