@@ -19,6 +19,7 @@ from app.agents.service import AgentService
 from app.auth.keys import hash_key
 from app.branches.service import BranchService
 from app.common.pagination import DEFAULT_LIMIT
+from app.console.charts import overview_charts
 from app.console.diff import diff_versions
 from app.console.gate import (
     ConsoleAuth,
@@ -27,7 +28,7 @@ from app.console.gate import (
     require_admin,
     secure_request,
 )
-from app.console.reads import ConsoleReads
+from app.console.reads import DEFAULT_WINDOW, WINDOWS, ConsoleReads
 from app.console.repository import SessionFilter
 from app.console.session import COOKIE_NAME, COOKIE_PATH, LOGIN_COOKIE_NAME, same_token
 from app.coordination.breaker_admin import BreakerAdmin
@@ -222,10 +223,18 @@ class ConsoleController(Controller):
 
     @get("/")
     async def overview(
-        self, request: AnyRequest, console_reads: NamedDependency[ConsoleReads]
+        self,
+        request: AnyRequest,
+        console_reads: NamedDependency[ConsoleReads],
+        window: FromQuery[str | None] = None,
     ) -> Template:
-        """Agents and breakers, sessions, tasks, dead letters, jobs, undelivered events."""
-        return _page(request, "overview.html", nav="overview", o=await console_reads.overview())
+        """Agents and breakers, sessions, tasks, dead letters, jobs, undelivered events, and
+        charts of the last hour (or 24 hours, ``?window=24h``)."""
+        chosen = _choice(window, tuple(WINDOWS), "window") or DEFAULT_WINDOW
+        overview = await console_reads.overview(chosen)
+        return _page(
+            request, "overview.html", nav="overview", o=overview, charts=overview_charts(overview)
+        )
 
     # -- sessions ----------------------------------------------------------------------
 
