@@ -24,6 +24,9 @@ class BuildWithSchema(build_py):
         if self.editable_mode:  # an editable install reads the checkout itself
             return
         target = Path(self.build_lib) / "app" / "_project"
+        # A build folder left by an earlier build keeps files since deleted or renamed (a
+        # renumbered migration would then be applied twice): start from nothing.
+        shutil.rmtree(target, ignore_errors=True)
         for name in BUNDLED:
             source = ROOT / name
             if source.is_dir():

@@ -68,7 +68,7 @@ async def test_delete_cascades_to_sessions_and_their_history(client: httpx.Async
             "memory_archive": 0,
             "branch_memories": 0,
             "idempotency_keys": 0,
-            "outbox_events": 0,
+            "outbox_events": 3,  # a session.version event per version: they name the user
             "event_deliveries": 0,
             "agent_tasks": 0,
             "agent_task_transitions": 0,

@@ -9,6 +9,7 @@ dependencies; ``app`` must then be imported from the unpacked wheel, not from th
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -23,6 +24,20 @@ ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.slow
 
+# What a clone holds besides the source: venvs, caches, data, built files, npm's modules.
+_NOT_SOURCE = shutil.ignore_patterns(
+    ".git",
+    ".venv*",
+    ".switchboard",
+    "build",
+    "dist",
+    "*.egg-info",
+    "node_modules",
+    "__pycache__",
+    ".*_cache",
+    ".schemathesis",
+)
+
 
 def _run(args: list[str], *, env: dict[str, str], cwd: Path) -> str:
     done = subprocess.run(  # noqa: S603 (pip and this interpreter, fixed arguments)
@@ -35,6 +50,10 @@ def _run(args: list[str], *, env: dict[str, str], cwd: Path) -> str:
 async def test_a_built_wheel_migrates_an_empty_database_on_its_own(
     server_url: str, tmp_path: Path
 ) -> None:
+    # Built from a copy: pip builds in the source folder, and its build/ must not land in the
+    # checkout (nor an old one there leak into this wheel).
+    source = tmp_path / "source"
+    shutil.copytree(ROOT, source, ignore=_NOT_SOURCE)
     wheels = tmp_path / "wheels"
     _run(
         [
@@ -46,7 +65,7 @@ async def test_a_built_wheel_migrates_an_empty_database_on_its_own(
             "--no-deps",
             "-w",
             str(wheels),
-            str(ROOT),
+            str(source),
         ],
         env={**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1"},
         cwd=tmp_path,
