@@ -12,13 +12,14 @@ from uuid import UUID
 from litestar import Controller, Request, get, post
 from litestar.datastructures import Cookie
 from litestar.di import NamedDependency
-from litestar.params import FromPath, FromQuery, QueryParameter
+from litestar.params import FromPath, FromQuery, HeaderParameter, QueryParameter
 from litestar.response import Redirect, Template
 
 from app.agents.service import AgentService
 from app.auth.keys import hash_key
 from app.branches.service import BranchService
 from app.common.pagination import DEFAULT_LIMIT
+from app.console.charts import overview_charts
 from app.console.diff import diff_versions
 from app.console.gate import (
     ConsoleAuth,
@@ -27,13 +28,15 @@ from app.console.gate import (
     require_admin,
     secure_request,
 )
-from app.console.reads import ConsoleReads
+from app.console.reads import DEFAULT_WINDOW, WINDOWS, ConsoleReads
 from app.console.repository import SessionFilter
 from app.console.session import COOKIE_NAME, COOKIE_PATH, LOGIN_COOKIE_NAME, same_token
 from app.coordination.breaker_admin import BreakerAdmin
 from app.coordination.escalation import EscalationService
 from app.coordination.service import CoordinationService
 from app.errors import BadRequest, Forbidden
+from app.events.schemas import EVENT_TYPES
+from app.events.streams import EventStreamResponse, EventStreams, parse_cursor
 from app.jobs.service import JobService
 from app.sessions.lifecycle import SessionLifecycle
 from app.sessions.schemas import Rollback
@@ -52,6 +55,9 @@ TASK_STATUSES = (
     "canceled",
     "rejected",
 )
+# What the overview's live refresh listens for: every event that changes a count or chart
+# it shows (a memory purge changes none).
+LIVE_TYPES = frozenset(EVENT_TYPES) - {"memory.purged"}
 DEAD_LETTER_STATES = ("open", "requeued", "discarded", "all")
 BREAKER_STATES = ("open", "closed")
 # Short lists on the session page; each links to the full, paged list where there is one.
@@ -222,10 +228,42 @@ class ConsoleController(Controller):
 
     @get("/")
     async def overview(
-        self, request: AnyRequest, console_reads: NamedDependency[ConsoleReads]
+        self,
+        request: AnyRequest,
+        console_reads: NamedDependency[ConsoleReads],
+        window: FromQuery[str | None] = None,
     ) -> Template:
-        """Agents and breakers, sessions, tasks, dead letters, jobs, undelivered events."""
-        return _page(request, "overview.html", nav="overview", o=await console_reads.overview())
+        """Agents and breakers, sessions, tasks, dead letters, jobs, undelivered events, and
+        charts of the last hour (or 24 hours, ``?window=24h``)."""
+        chosen = _choice(window, tuple(WINDOWS), "window") or DEFAULT_WINDOW
+        overview = await console_reads.overview(chosen)
+        return _page(
+            request,
+            "overview.html",
+            nav="overview",
+            o=overview,
+            charts=overview_charts(overview),
+            live_types=",".join(sorted(LIVE_TYPES)),
+        )
+
+    # No media_type here: the gate's redirect and the error pages answer from this route too,
+    # in HTML; the stream sets text/event-stream itself.
+    @get("/events")
+    async def events(
+        self,
+        request: AnyRequest,
+        streams: NamedDependency[EventStreams],
+        last_event_id: Annotated[
+            str | None, HeaderParameter(name="Last-Event-ID", required=False)
+        ] = None,
+    ) -> EventStreamResponse:
+        """The overview's live refresh: the events that change what it shows, as Server-Sent
+        Events, through the same hub and streams as GET /v1/events/stream (its limits per
+        key count the operator's key under its own name: ``console:<name>``)."""
+        operator = operator_of(request)
+        cursor = parse_cursor(last_event_id, None)
+        stream = await streams.stream(f"console:{operator.principal.name}", LIVE_TYPES, cursor)
+        return EventStreamResponse(stream)
 
     # -- sessions ----------------------------------------------------------------------
 

@@ -33,7 +33,7 @@ SECURITY_HEADERS = {
     "Referrer-Policy": "no-referrer",
     "Content-Security-Policy": (
         "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
-        "form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+        "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
     ),
 }
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Generic, TypeVar
 
 from app.agents.schemas import Agent
@@ -13,7 +13,14 @@ from app.agents.service import AgentService
 from app.clock import Clock
 from app.common.pagination import FIRST_PAGE, cut_page, decode_time_id_cursor
 from app.console import repository as repo
-from app.console.repository import AgentHour, ArchivedRow, SessionFilter, SessionRow, TaskRow
+from app.console.repository import (
+    ActivityBucket,
+    AgentHour,
+    ArchivedRow,
+    SessionFilter,
+    SessionRow,
+    TaskRow,
+)
 from app.coordination.breaker_admin import BreakerAdmin
 from app.coordination.schemas import BreakerView
 from app.db.pool import Database
@@ -23,6 +30,31 @@ from app.jobs.service import JobService
 T = TypeVar("T")
 # The overview's window for each agent's task volume, failures and run time.
 LAST_HOUR = timedelta(hours=1)
+# The overview's chart windows: how far back, in buckets of what size.
+WINDOWS = {
+    "1h": (timedelta(hours=1), timedelta(minutes=5)),
+    "24h": (timedelta(hours=24), timedelta(hours=1)),
+}
+DEFAULT_WINDOW = "1h"
+
+
+@dataclass(frozen=True, slots=True)
+class Activity:
+    """The overview's charts: a window (``1h`` or ``24h``) and its buckets, oldest first.
+    The last bucket is the one ``now`` falls in (still filling)."""
+
+    window: str
+    step: timedelta
+    buckets: list[ActivityBucket]
+
+
+def window_bounds(now: datetime, window: str) -> tuple[datetime, datetime, timedelta]:
+    """``(since, until, step)`` for ``window``: whole buckets aligned to the step (from the
+    Unix epoch), the last one holding ``now``."""
+    span, step = WINDOWS[window]
+    epoch = datetime(1970, 1, 1, tzinfo=UTC)
+    until = epoch + ((now - epoch) // step + 1) * step
+    return until - span, until, step
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +77,7 @@ class Overview:
     open_dead_letters: int
     undelivered: dict[str, int]
     jobs: list[JobInfo]
+    activity: Activity
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,9 +111,17 @@ class ConsoleReads:
         views = await asyncio.gather(*(self._breakers.breaker(a.name) for a in listed))
         return [AgentRow(agent, view) for agent, view in zip(listed, views, strict=True)]
 
-    async def overview(self) -> Overview:
+    async def activity(self, window: str = DEFAULT_WINDOW) -> Activity:
+        """Decisions, fallbacks, breaker trips and finished tasks per bucket of ``window``."""
+        since, until, step = window_bounds(self._clock.now(), window)
+        async with self._db.connection() as conn:
+            buckets = await repo.activity_series(conn, since, until, step)
+        return Activity(window, step, buckets)
+
+    async def overview(self, window: str = DEFAULT_WINDOW) -> Overview:
         """Agents and breakers (with the last hour's tasks), sessions, tasks, dead letters,
-        jobs and undelivered events."""
+        jobs, undelivered events and the charts of ``window``."""
+        activity = await self.activity(window)
         async with self._db.connection() as conn:
             hour = await repo.agent_task_stats_since(conn, self._clock.now() - LAST_HOUR)
             sessions = await repo.sessions_by_status(conn)
@@ -100,6 +141,7 @@ class ConsoleReads:
             open_dead_letters=letters,
             undelivered=undelivered,
             jobs=await self._jobs.jobs(),
+            activity=activity,
         )
 
     async def search_sessions(

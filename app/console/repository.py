@@ -6,7 +6,7 @@ across users); everything else the console shows comes from the services the API
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from uuid import UUID
 
 from app.db.pool import Connection
@@ -169,3 +169,24 @@ async def list_tasks(
     """Tasks of every session and agent, newest first, strictly before the cursor."""
     rows = await conn.fetch(Q.list_tasks, status, agent, before[0], before[1], limit)
     return [TaskRow(**dict(row)) for row in rows]
+
+
+@dataclass(frozen=True, slots=True)
+class ActivityBucket:
+    """One interval of the overview's charts."""
+
+    bucket: datetime
+    decisions: int
+    fallbacks: int
+    trips: int
+    completed: int
+    failed: int
+
+
+async def activity_series(
+    conn: Connection, since: datetime, until: datetime, step: timedelta
+) -> list[ActivityBucket]:
+    """Every bucket of ``step`` in [since, until), oldest first, with its decisions,
+    fallbacks, breaker trips and finished tasks (zero where nothing happened)."""
+    rows = await conn.fetch(Q.activity_series, since, until, step)
+    return [ActivityBucket(**dict(row)) for row in rows]

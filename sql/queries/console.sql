@@ -66,3 +66,44 @@ WHERE ($1::text IS NULL OR status = $1)
   AND (created_at, task_id) < ($3, $4)
 ORDER BY created_at DESC, task_id DESC
 LIMIT $5
+
+-- name: activity_series
+-- The overview's charts: per bucket of $3 from $1 (inclusive) to $2 (exclusive), every
+-- bucket present (generate_series; date_bin with origin $1 puts each row in its bucket):
+-- coordination decisions and the fallbacks among them, breaker trips (breaker.changed
+-- events to open) and tasks finished completed or failed.
+WITH buckets AS (
+    SELECT generate_series($1::timestamptz, $2::timestamptz - $3::interval, $3::interval)
+        AS bucket
+), decided AS (
+    SELECT date_bin($3::interval, created_at, $1::timestamptz) AS bucket,
+           count(*) AS decisions,
+           count(*) FILTER (WHERE outcome = 'fallback') AS fallbacks
+    FROM coordination_decisions
+    WHERE created_at >= $1 AND created_at < $2
+    GROUP BY 1
+), tripped AS (
+    SELECT date_bin($3::interval, created_at, $1::timestamptz) AS bucket, count(*) AS trips
+    FROM outbox_events
+    WHERE event_type = 'breaker.changed' AND payload ->> 'state' = 'open'
+      AND created_at >= $1 AND created_at < $2
+    GROUP BY 1
+), finished AS (
+    SELECT date_bin($3::interval, finished_at, $1::timestamptz) AS bucket,
+           count(*) FILTER (WHERE status = 'completed') AS completed,
+           count(*) FILTER (WHERE status = 'failed') AS failed
+    FROM agent_tasks
+    WHERE status IN ('completed', 'failed') AND finished_at >= $1 AND finished_at < $2
+    GROUP BY 1
+)
+SELECT b.bucket,
+       coalesce(d.decisions, 0) AS decisions,
+       coalesce(d.fallbacks, 0) AS fallbacks,
+       coalesce(t.trips, 0) AS trips,
+       coalesce(f.completed, 0) AS completed,
+       coalesce(f.failed, 0) AS failed
+FROM buckets b
+LEFT JOIN decided d ON d.bucket = b.bucket
+LEFT JOIN tripped t ON t.bucket = b.bucket
+LEFT JOIN finished f ON f.bucket = b.bucket
+ORDER BY b.bucket

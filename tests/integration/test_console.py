@@ -8,12 +8,16 @@ import re
 from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import Any
+from uuid import UUID
 
+import asyncpg
 import httpx
 import pytest
 from litestar import Litestar
 
 from app.clock import Clock, FrozenClock
+from app.console import repository as repo
+from app.console.reads import window_bounds
 from app.settings import ConsoleSettings, Settings
 from tests.conftest import ADMIN_KEY, LOOPBACK_ALLOWED, same_app_client
 from tests.integration.helpers import create_session, create_user, if_match
@@ -511,3 +515,106 @@ async def test_an_escalation_is_resolved_with_a_note(
     assert (await client.get(f"/v1/sessions/{sid}")).json()["status"] == "active"
     decisions = (await client.get(f"/v1/sessions/{sid}/decisions")).json()["items"]
     assert any("refund issued by hand" in str(decision) for decision in decisions)
+
+
+# -- charts ------------------------------------------------------------------------------
+
+
+async def _seed_activity(database_url: str, session_id: str, now: Any) -> None:
+    """Decisions, breaker events and finished tasks at known times around ``now``."""
+    conn = await asyncpg.connect(database_url)
+    try:
+
+        async def decide(at: Any, outcome: str) -> None:
+            await conn.execute(
+                "INSERT INTO coordination_decisions (session_id, message, classifier, intents,"
+                " outcome, degraded, response, execution_time_ms, created_by, created_at)"
+                " VALUES ($1, 'hi', 'keywords', '[]', $2, false, '{}', 1, 'test', $3)",
+                UUID(session_id),
+                outcome,
+                at,
+            )
+
+        async def breaker(at: Any, state: str) -> None:
+            await conn.execute(
+                "INSERT INTO outbox_events (event_type, payload, created_at)"
+                " VALUES ('breaker.changed', jsonb_build_object('state', $1::text), $2)",
+                state,
+                at,
+            )
+
+        async def task(at: Any, status: str) -> None:
+            task_id = await conn.fetchval(
+                "INSERT INTO agent_tasks (agent_name, kind, input, created_by)"
+                " VALUES ('worker', 'message', '{}', 'test') RETURNING task_id"
+            )
+            # Through the states the transition trigger allows: submitted, working, done.
+            await conn.execute(
+                "UPDATE agent_tasks SET status = 'working', started_at = $2 WHERE task_id = $1",
+                task_id,
+                at,
+            )
+            await conn.execute(
+                "UPDATE agent_tasks SET status = $2, finished_at = $3 WHERE task_id = $1",
+                task_id,
+                status,
+                at,
+            )
+
+        minute = timedelta(minutes=1)
+        await decide(now - 2 * minute, "agent")  # the bucket now falls in
+        await decide(now - 2 * minute, "fallback")
+        await decide(now - 12 * minute, "agent")  # two buckets back
+        await decide(now - 2 * timedelta(hours=1), "agent")  # outside the hour
+        await breaker(now - 7 * minute, "open")
+        await breaker(now - 6 * minute, "closed")  # a close is not a trip
+        await task(now - minute, "completed")
+        await task(now - minute, "failed")
+        await task(now - 30 * minute, "completed")
+    finally:
+        await conn.close()
+
+
+async def test_activity_buckets_count_real_rows(
+    client: httpx.AsyncClient, database_url: str, frozen_clock: FrozenClock
+) -> None:
+    session = await create_session(client)
+    start = frozen_clock.now()  # 12:00 sharp: the last 5-minute bucket is [12:00, 12:05)
+    now = start + timedelta(minutes=3)
+    await _seed_activity(database_url, session["session_id"], now)
+    conn = await asyncpg.connect(database_url)
+    try:
+        buckets = await repo.activity_series(conn, *window_bounds(now, "1h"))
+        day = await repo.activity_series(conn, *window_bounds(now, "24h"))
+    finally:
+        await conn.close()
+    assert len(buckets) == 12
+    assert buckets[-1].bucket == start
+    assert buckets[0].bucket == start - timedelta(minutes=55)
+    by_start = {b.bucket: b for b in buckets}
+    last = by_start[start]
+    assert (last.decisions, last.fallbacks, last.completed, last.failed) == (2, 1, 1, 1)
+    assert by_start[start - timedelta(minutes=10)].decisions == 1
+    assert by_start[start - timedelta(minutes=5)].trips == 1
+    assert by_start[start - timedelta(minutes=30)].completed == 1
+    assert sum(b.decisions for b in buckets) == 3
+    assert sum(b.trips for b in buckets) == 1
+    assert sum(b.fallbacks + b.failed for b in buckets) == 2
+    # A day in hours: the last bucket is [12:00, 13:00); 11:51 and 10:03 fall before it.
+    assert len(day) == 24
+    assert day[-1].bucket == start
+    assert [b.decisions for b in day[-3:]] == [1, 1, 2]
+    assert sum(b.decisions for b in day) == 4
+
+
+async def test_overview_draws_the_charts(
+    admin: httpx.AsyncClient, client: httpx.AsyncClient
+) -> None:
+    page = await admin.get("/console/?window=24h")
+    assert page.status_code == 200
+    assert page.text.count('<svg class="chart" role="img"') == 5
+    assert "Messages routed, per hour" in page.text
+    assert 'aria-current="page">24 hours' in page.text
+    bad = await admin.get("/console/?window=7d")
+    assert bad.status_code == 400
+    assert "window must be one of 1h, 24h" in bad.text

@@ -262,6 +262,11 @@ async def test_an_operator_round_trip(
     assert "key" not in page.url
     picky = await page.locator("tr", has_text="Picky_Agent").first.inner_text()
     assert "1 (100 %)" in picky  # its one task of the last hour failed
+    # The activity charts: inline SVG, each named for assistive technology.
+    charts = page.get_by_role("img", name="Tasks failed, per 5 min")
+    assert "1 in all" in (await charts.locator("desc").text_content() or "")
+    assert await page.locator("svg.chart").count() == 5
+    await page.locator("#live-status", has_text="listening").wait_for()
     await screenshot(page, "overview.png", tmp_path)
     # Keyboard first: the first Tab stop is the skip link, and it leads to the content.
     await page.keyboard.press("Tab")
@@ -413,3 +418,28 @@ async def test_an_expired_session_is_refused(
         assert (await short.api.get("/v1/agents/Late_Agent/breaker")).json()["state"] == "closed"
         await page.goto(f"{short.url}/console/")
         assert page.url == f"{short.url}/console/login"
+
+
+async def test_the_overview_refreshes_itself_after_an_api_write(live: Live, page: Any) -> None:
+    """The overview listens on GET /console/events and swaps its counts in place: a session
+    made over the API shows up without a reload (the page's own JS state survives)."""
+    refused: list[str] = []
+    page.on("console", lambda message: refused.append(message.text))
+    await sign_in(page, live.url)
+    counts = page.locator("table.counts", has_text="Sessions by status")
+    assert "No live sessions." in await counts.inner_text()
+    await page.locator("#live-status", has_text="listening").wait_for()
+    await page.evaluate("window.notReloaded = true")
+    user = (await live.api.post("/v1/users", json={"external_ref": "carol@example.com"})).json()[
+        "id"
+    ]
+    for _ in range(2):
+        made = await live.api.post("/v1/sessions", json={"user_id": user})
+        assert made.status_code == 201, made.text
+    # The counts are replaced in place (the region swapped), not by a reload.
+    await counts.locator("tr", has_text="active").wait_for(timeout=10_000)
+    fresh = page.locator("table.counts", has_text="Sessions by status")
+    assert "2" in await fresh.locator("tr", has_text="active").inner_text()
+    assert await page.evaluate("window.notReloaded") is True
+    assert "updated at" in await page.locator("#live-status").inner_text()
+    assert not [m for m in refused if "Content Security Policy" in m]

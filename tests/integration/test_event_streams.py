@@ -28,6 +28,7 @@ from bench.serve import free_port, spawn
 from tests import dbutil
 from tests.conftest import ADMIN_KEY
 from tests.integration.helpers import assert_problem, create_session, if_match
+from tests.integration.test_console import sign_in
 
 MAX_PER_KEY = 3
 QUEUE_EVENTS = 16
@@ -431,3 +432,34 @@ async def test_the_hub_does_not_run_in_the_trace_of_the_stream_that_started_it(
         await hub.stop()
         await database.close()
         tracing.shutdown()
+
+
+async def test_the_console_stream_needs_a_console_session_and_delivers_events(
+    a: httpx.AsyncClient, replicas: Replicas
+) -> None:
+    """GET /console/events: the overview's live refresh, signed by the console's cookie (an
+    EventSource cannot send a key header), over the same hub as the API's streams."""
+    async with httpx.AsyncClient(base_url=replicas.urls[1], timeout=10) as browser:
+        refused = await browser.get("/console/events")
+        assert refused.status_code == 303, refused.text
+        assert refused.headers["location"] == "/console/login"
+        # An API key is no console session.
+        assert (await browser.get("/console/events", headers=ADMIN)).status_code == 303
+        signed_in = await sign_in(browser, ADMIN_KEY)
+        assert signed_in.status_code == 303, signed_in.text
+        response, stream = await open_stream(browser, "/console/events")
+        try:
+            assert "connect-src 'self'" in response.headers["content-security-policy"]
+            session = await create_session(a)  # on the other replica
+            await patch(a, session, 1)
+            got = await stream.events(2)
+            assert [(e.type, e.data["payload"]["session_id"]) for e in got] == [
+                ("session.version", session["session_id"]),
+                ("session.version", session["session_id"]),
+            ]
+            assert [e.data["payload"]["version"] for e in got] == [1, 2]
+        finally:
+            await response.aclose()
+        # A bad cursor is a 400, as on the API's streams.
+        bad = await browser.get("/console/events", headers={"Last-Event-ID": "x"})
+        assert bad.status_code == 400
