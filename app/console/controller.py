@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import secrets
 from datetime import UTC, datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, get_args
 from urllib.parse import urlencode
 from uuid import UUID
 
@@ -39,22 +39,14 @@ from app.events.schemas import EVENT_TYPES
 from app.events.streams import EventStreamResponse, EventStreams, parse_cursor
 from app.jobs.service import JobService
 from app.sessions.lifecycle import SessionLifecycle
-from app.sessions.schemas import Rollback
+from app.sessions.schemas import Rollback, SessionStatus
 from app.sessions.service import SessionService
+from app.tasks.schemas import TaskStatus
 from app.tasks.service import TaskService
 
 AnyRequest = Request[Any, Any, Any]
-SESSION_STATUSES = ("active", "idle", "completed", "escalated")
-TASK_STATUSES = (
-    "submitted",
-    "working",
-    "input-required",
-    "auth-required",
-    "completed",
-    "failed",
-    "canceled",
-    "rejected",
-)
+SESSION_STATUSES: tuple[str, ...] = get_args(SessionStatus)
+TASK_STATUSES: tuple[str, ...] = get_args(TaskStatus)
 # What the overview's live refresh listens for: every event that changes a count or chart
 # it shows (a memory purge changes none).
 LIVE_TYPES = frozenset(EVENT_TYPES) - {"memory.purged"}

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, cast, get_args
 from uuid import uuid4
 
 import msgspec
@@ -31,20 +31,11 @@ from pydantic import ValidationError
 from app.common.jsonbody import decode_json
 from app.coordination.schemas import AgentRequest, AgentResponse
 from app.errors import BadRequest, ValidationFailed
+from app.tasks.schemas import INTERRUPTED_STATUSES, TaskStatus
 
-A2AStateName = Literal[
-    "submitted",
-    "working",
-    "input-required",
-    "auth-required",
-    "completed",
-    "failed",
-    "canceled",
-    "rejected",
-    "unspecified",
-]
-# The states in which the agent waits for the user: Switchboard's task waits with it.
-INTERRUPTED: frozenset[str] = frozenset({"input-required", "auth-required"})
+# Switchboard's task statuses (A2A's states), and what an unknown or unset state reads as.
+A2AStateName = TaskStatus | Literal["unspecified"]
+_STATUSES = frozenset(get_args(TaskStatus))
 _FAILED = frozenset({"failed", "canceled", "rejected"})
 
 
@@ -76,24 +67,14 @@ class A2AOutcome:
     @property
     def interrupted(self) -> bool:
         """The agent waits for the user (input-required or auth-required)."""
-        return self.state in INTERRUPTED
+        return self.state in INTERRUPTED_STATUSES
 
 
 def state_name(state: int) -> A2AStateName:
     """An A2A TaskState as Switchboard's task status spells it (TASK_STATE_INPUT_REQUIRED:
     input-required)."""
     name = TaskState.Name(state).removeprefix("TASK_STATE_").lower().replace("_", "-")
-    known: dict[str, A2AStateName] = {
-        "submitted": "submitted",
-        "working": "working",
-        "input-required": "input-required",
-        "auth-required": "auth-required",
-        "completed": "completed",
-        "failed": "failed",
-        "canceled": "canceled",
-        "rejected": "rejected",
-    }
-    return known.get(name, "unspecified")
+    return cast("TaskStatus", name) if name in _STATUSES else "unspecified"
 
 
 def a2a_message(
@@ -131,7 +112,7 @@ def outcome_of(answer: Task | Message, request_id: str | None) -> A2AOutcome:
         raise A2AAnswerFailed(
             f"agent's A2A task {state}" + (f": {said}" if said else ""), retryable=False
         )
-    if state not in INTERRUPTED and state != "completed":
+    if state not in INTERRUPTED_STATUSES and state != "completed":
         raise A2AAnswerFailed(
             f"agent's A2A task is still {state} after a blocking SendMessage", retryable=False
         )
@@ -139,7 +120,7 @@ def outcome_of(answer: Task | Message, request_id: str | None) -> A2AOutcome:
     text = said or "\n".join(
         text for artifact in answer.artifacts if (text := _parts_text(artifact.parts))
     )
-    if not text and state in INTERRUPTED:
+    if not text and state in INTERRUPTED_STATUSES:
         text = "The agent needs more from you to go on."
     output = {
         "response": text,
@@ -148,7 +129,7 @@ def outcome_of(answer: Task | Message, request_id: str | None) -> A2AOutcome:
     }
     continuation = (
         A2AContinuation(task_id=answer.id, context_id=answer.context_id)
-        if state in INTERRUPTED and answer.id
+        if state in INTERRUPTED_STATUSES and answer.id
         else None
     )
     return A2AOutcome(_response(output, request_id), state, continuation)

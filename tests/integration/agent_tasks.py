@@ -5,7 +5,6 @@ and the calls and waits those tests make. Test modules import the fixtures they 
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -30,7 +29,7 @@ from app.settings import (
 )
 from tests.agent_server import AgentServer
 from tests.conftest import ADMIN_KEY, LOOPBACK_ALLOWED
-from tests.integration.helpers import create_session
+from tests.integration.helpers import create_session, eventually
 
 SECRET = "s" * 32
 PLAN = "Please make a plan for my savings"
@@ -183,19 +182,6 @@ async def post_message(
         headers.append(("Prefer", value))
     where = f"/v1/sessions/{sid}" if branch is None else f"/v1/sessions/{sid}/branches/{branch}"
     return await client.post(f"{where}/messages", json={"text": text}, headers=headers)
-
-
-async def eventually(
-    probe: Callable[[], Awaitable[Any]], *, within: float = 10.0, interval: float = 0.05
-) -> Any:
-    """``probe``'s first truthy value, or fail after ``within`` seconds."""
-    deadline = time.monotonic() + within
-    while True:
-        value = await probe()
-        if value:
-            return value
-        assert time.monotonic() < deadline, "timed out waiting"
-        await asyncio.sleep(interval)
 
 
 async def task_of(client: httpx.AsyncClient, task_id: str) -> dict[str, Any]:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import httpx
@@ -40,3 +43,17 @@ async def create_session(client: httpx.AsyncClient, **fields: Any) -> dict[str, 
 def if_match(version: int) -> dict[str, str]:
     """The If-Match header for a version."""
     return {"If-Match": f'"{version}"'}
+
+
+async def eventually(
+    probe: Callable[[], Awaitable[Any]], *, within: float = 15.0, interval: float = 0.05
+) -> Any:
+    """``probe``'s first truthy value, or fail after ``within`` seconds (generous: the suite
+    shares a small machine with other work)."""
+    deadline = time.monotonic() + within
+    while True:
+        value = await probe()
+        if value:
+            return value
+        assert time.monotonic() < deadline, "timed out waiting"
+        await asyncio.sleep(interval)

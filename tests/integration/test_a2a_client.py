@@ -24,7 +24,7 @@ from app.settings import (
 )
 from tests.a2a_agent import A2AAgent
 from tests.conftest import ADMIN_KEY, LOOPBACK_ALLOWED, app_client, lifespan_of
-from tests.integration.helpers import assert_problem, create_session
+from tests.integration.helpers import assert_problem, create_session, eventually
 
 PLAN = "Please make a plan for my savings"
 PLAN_AGENT = "Make_Plan_Agent"
@@ -389,20 +389,17 @@ async def test_a_question_that_comes_after_the_wait_is_applied_and_answered(
     )
     assert accepted.status_code == 202, accepted.text
     task_id = accepted.json()["task_id"]
-    status = None
-    for _ in range(200):
-        status = (await client.get(f"/v1/tasks/{task_id}")).json()["task"]["status"]
-        if status == "input-required":
-            break
-        await asyncio.sleep(0.05)
-    assert status == "input-required"
-    outputs: Any = None
-    for _ in range(200):
+
+    async def waiting() -> bool:
+        task = (await client.get(f"/v1/tasks/{task_id}")).json()["task"]
+        return bool(task["status"] == "input-required")
+
+    async def question() -> Any:
         session = (await client.get(f"/v1/sessions/{sid}")).json()
-        outputs = session["session_state"]["agent_outputs"].get(PLAN_AGENT)
-        if outputs:
-            break
-        await asyncio.sleep(0.05)
+        return session["session_state"]["agent_outputs"].get(PLAN_AGENT)
+
+    await eventually(waiting)
+    outputs = await eventually(question)
     assert outputs["response"] == "Which month should the plan start?"
     done = await message(client, sid, "March")
     assert done["task_id"] == task_id

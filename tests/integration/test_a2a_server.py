@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -67,6 +67,7 @@ from app.settings import (
 from tests.a2a_agent import A2AAgent
 from tests.agent_server import AgentServer
 from tests.conftest import ADMIN_KEY, LOOPBACK_ALLOWED
+from tests.integration.helpers import eventually
 
 PLAN = "Please make a plan for my savings"
 PLAN_AGENT = "Make_Plan_Agent"
@@ -197,17 +198,6 @@ class Gate:
     async def __call__(self) -> None:
         self.entered.set()
         await self.opened.wait()
-
-
-async def eventually(probe: Callable[[], Awaitable[Any]], within: float = 10.0) -> Any:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + within
-    while True:
-        value = await probe()
-        if value:
-            return value
-        assert loop.time() < deadline, "timed out waiting"
-        await asyncio.sleep(0.05)
 
 
 async def test_the_card_says_what_works_and_the_sdk_client_is_built_from_it(

@@ -18,11 +18,10 @@ from tests.integration.agent_tasks import (
     agent_slow_until_released,
     configure,
     decisions,
-    eventually,
     post_message,
     task_of,
 )
-from tests.integration.helpers import assert_problem, create_session, if_match
+from tests.integration.helpers import assert_problem, create_session, eventually, if_match
 
 # The fixtures (pytest finds them by these names).
 settings, app, agent, subscriber, events, told = agent_tasks.FIXTURES

@@ -22,14 +22,13 @@ from tests.integration.agent_tasks import (
     configure,
     decisions,
     delivered,
-    eventually,
     plan_session,
     post_message,
     session_when,
     subscribe,
     task_of,
 )
-from tests.integration.helpers import assert_problem, create_session
+from tests.integration.helpers import assert_problem, create_session, eventually
 
 # The fixtures (pytest finds them by these names).
 settings, app, agent, subscriber, events, told = agent_tasks.FIXTURES

@@ -7,8 +7,7 @@ while a session is escalated (its task stays queued, its agent hears nothing, me
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import Any
 from uuid import UUID
@@ -27,7 +26,7 @@ from app.services import build_services
 from app.settings import CoordinationSettings, DatabaseSettings, Settings, TaskSettings
 from tests.agent_server import AgentServer
 from tests.conftest import ADMIN_KEY, LOOPBACK_ALLOWED
-from tests.integration.helpers import assert_problem, create_session
+from tests.integration.helpers import assert_problem, create_session, eventually
 
 PLAN = "Please make a plan for my savings"
 PLAN_AGENT = "Make_Plan_Agent"
@@ -114,18 +113,6 @@ async def session_events(client: httpx.AsyncClient, sid: str) -> list[dict[str, 
     response = await client.get("/v1/events", params={"limit": 100})
     assert response.status_code == 200, response.text
     return [e for e in reversed(response.json()["items"]) if e["payload"].get("session_id") == sid]
-
-
-async def eventually(
-    probe: Callable[[], Awaitable[Any]], *, within: float = 15.0, interval: float = 0.05
-) -> Any:
-    deadline = time.monotonic() + within
-    while True:
-        found = await probe()
-        if found:
-            return found
-        assert time.monotonic() < deadline, "timed out"
-        await asyncio.sleep(interval)
 
 
 async def status_of(client: httpx.AsyncClient, sid: str) -> dict[str, Any]:
