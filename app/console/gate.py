@@ -174,7 +174,8 @@ def error_page(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]
             "detail": detail,
             "status": status,
             "operator": operator,
-            "signed_out": status == 401,
+            # Not signed in (a 401, or the sign-in form's own refusals): offer the form.
+            "signed_out": status == 401 or operator is None,
         },
         status_code=status,
         headers=headers,

@@ -862,6 +862,7 @@ async def test_failed_sign_ins_are_limited_per_address(
     assert limited.status_code == 429
     assert 1 <= int(limited.headers["retry-after"]) <= 60
     assert "Too many requests for sign-ins from this address" in limited.text
+    assert '<a href="/console/login">Sign in</a>' in limited.text
     assert (await sign_in(browser, ADMIN_KEY)).status_code == 429
     refusals = [r.getMessage() for r in caplog.records if "sign-in from" in r.getMessage()]
     assert len(refusals) == burst
