@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 
 from app.errors import RateLimited
 
@@ -18,8 +19,15 @@ class RateLimiter:
     same as none), then the longest idle ones."""
 
     def __init__(
-        self, rate: float, burst: int, *, what: str = "this key", max_callers: int | None = None
+        self,
+        rate: float,
+        burst: int,
+        *,
+        what: str = "this key",
+        max_callers: int | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
+        self._monotonic = monotonic  # seconds; a test's own clock
         self._rate = rate
         self._burst = float(burst)
         self._what = what
@@ -46,7 +54,7 @@ class RateLimiter:
         spending one."""
         if not self.enabled:
             return
-        tokens = self._tokens(caller, time.monotonic())
+        tokens = self._tokens(caller, self._monotonic())
         if tokens < 1:
             raise self._refuse(tokens)
 
@@ -54,7 +62,7 @@ class RateLimiter:
         """Spend a token of ``caller``'s bucket, or raise 429 with the wait in Retry-After."""
         if not self.enabled:
             return
-        now = time.monotonic()
+        now = self._monotonic()
         tokens = self._tokens(caller, now)
         if tokens < 1:
             self._buckets[caller] = (tokens, now)
