@@ -161,7 +161,9 @@ class ConsoleController(Controller):
         principal = await auth.agents.authenticate(hash_key(key)) if key else None
         if principal is None or not may_use_console(principal):
             auth.sign_in_failures.take(address)
-            logger.warning("console: a sign-in from %s was refused (wrong key)", address)
+            logger.warning(
+                "console: refused a sign-in from %s (unknown key, or not a console key)", address
+            )
             token = secrets.token_urlsafe(32)
             return Template(
                 template_name="login.html",
