@@ -524,7 +524,9 @@ async def test_a_client_escalating_by_patch_is_recorded_and_announced(
     assert decision["session_version"] == version
     assert decision["created_by"] == "admin"
     assert decision["message"].startswith("admin set the status to escalated")
-    [told] = [e for e in await session_events(client, sid) if e["event_type"] == "session.escalated"]
+    [told] = [
+        e for e in await session_events(client, sid) if e["event_type"] == "session.escalated"
+    ]
     assert told["payload"]["decision_id"] == decision["decision_id"]
     assert told["payload"]["session_version"] == version
     assert told["payload"]["escalated_by"] == "admin"
