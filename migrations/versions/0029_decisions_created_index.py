@@ -5,8 +5,8 @@ the only index on coordination_decisions leads with session_id, so it read the w
 Measured on 100k decisions over 30 days (docs/console.md): a sequential scan of 1725 pages,
 about 25 ms, against an index scan of 6 pages, 0.2 ms, for the hour window.
 
-Revision ID: 0028
-Revises: 0027
+Revision ID: 0029
+Revises: 0028
 Create Date: 2026-11-25
 """
 
@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from migrations.sqlscript import run_sql
 
-revision = "0028"
-down_revision = "0027"
+revision = "0029"
+down_revision = "0028"
 branch_labels = None
 depends_on = None
 
