@@ -16,7 +16,7 @@ import shutil
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -143,13 +143,17 @@ async def screenshot(page: Any, name: str, tmp_path: Path) -> Path:
     return target
 
 
-class _Refusing(BaseHTTPRequestHandler):
-    """An agent that refuses every call with a 400 (not retried: one attempt, a dead letter)."""
+class _Agent(BaseHTTPRequestHandler):
+    """A downstream agent on 127.0.0.1: reads the call, answers ``answer()``'s JSON."""
+
+    def answer(self) -> tuple[int, dict[str, Any]]:
+        raise NotImplementedError
 
     def do_POST(self) -> None:
         self.rfile.read(int(self.headers.get("content-length", "0")))
-        body = json.dumps({"error": "bad request"}).encode()
-        self.send_response(400)
+        status, answer = self.answer()
+        body = json.dumps(answer).encode()
+        self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
@@ -159,9 +163,10 @@ class _Refusing(BaseHTTPRequestHandler):
         return
 
 
-@pytest.fixture(scope="module")
-def refusing_agent() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Refusing)
+@contextmanager
+def serving(handler: type[_Agent]) -> Iterator[str]:
+    """``handler`` served on 127.0.0.1 for the block: its URL."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
@@ -169,6 +174,19 @@ def refusing_agent() -> Iterator[str]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+class _Refusing(_Agent):
+    """An agent that refuses every call with a 400 (not retried: one attempt, a dead letter)."""
+
+    def answer(self) -> tuple[int, dict[str, Any]]:
+        return 400, {"error": "bad request"}
+
+
+@pytest.fixture(scope="module")
+def refusing_agent() -> Iterator[str]:
+    with serving(_Refusing) as url:
+        yield url
 
 
 async def dead_letters(api: httpx.AsyncClient, seconds: float = 20) -> list[dict[str, Any]]:
@@ -511,36 +529,23 @@ async def test_a_session_page_follows_its_own_session(live: Live, page: Any) -> 
     )
 
 
-class _Slow(BaseHTTPRequestHandler):
+class _Slow(_Agent):
     """An agent that takes its time (until the test lets it go): a task stays working."""
 
     release = threading.Event()
 
-    def do_POST(self) -> None:
-        self.rfile.read(int(self.headers.get("content-length", "0")))
+    def answer(self) -> tuple[int, dict[str, Any]]:
         self.release.wait(30)
-        body = json.dumps({"answer": "late"}).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *_: Any) -> None:
-        return
+        return 200, {"answer": "late"}
 
 
 @pytest.fixture
 def slow_agent() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Slow)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        _Slow.release.set()
-        server.shutdown()
-        server.server_close()
+    with serving(_Slow) as url:
+        try:
+            yield url
+        finally:
+            _Slow.release.set()  # before the server stops: it waits for its handlers
 
 
 async def task_status(api: httpx.AsyncClient, task_id: str) -> str:
