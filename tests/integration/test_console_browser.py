@@ -239,6 +239,18 @@ async def seed(live: Live, refusing_agent: str) -> dict[str, Any]:
         headers={"If-Match": '"2"'},
     )
     assert handed.status_code == 200, handed.text
+    remembered = await api.post(
+        "/v1/memories",
+        json={
+            "user_id": alice,
+            "session_id": sid,
+            "memory_type": "orchestrator",
+            "category": "agent_outputs",
+            "key": "dispute",
+            "content": {"invoice": 2291, "claim": "charged twice"},
+        },
+    )
+    assert remembered.status_code == 201, remembered.text
     for user in (alice, bob, bob):
         assert (await api.post("/v1/sessions", json={"user_id": user})).status_code == 201
     made = await api.post(
@@ -318,6 +330,7 @@ async def test_an_operator_round_trip(
     assert '"active_process": "billing-dispute"' in await diff.locator("pre").inner_text()
     timeline = await page.locator("ol.timeline").inner_text()
     assert "Billing_Agent executing" in timeline
+    assert "dispute" in await page.locator("#session-memories").inner_text()
     await screenshot(page, "session.png", tmp_path)
 
     # Roll back to version 1 (the confirm dialog is accepted).
