@@ -12,6 +12,7 @@ from uuid import UUID
 import asyncpg
 
 from app.common.jsontypes import JsonValue
+from app.common.pagination import FIRST_PAGE
 from app.db.pool import Connection
 from app.db.queries import QUERIES
 from app.memories.schemas import (
@@ -268,9 +269,16 @@ async def list_memories(
 
 
 async def list_context_memories(
-    conn: Connection, user_id: UUID, session_id: UUID, now: datetime, reader: Reader, limit: int
+    conn: Connection,
+    user_id: UUID,
+    session_id: UUID,
+    now: datetime,
+    reader: Reader,
+    limit: int,
+    before: tuple[datetime, UUID] = FIRST_PAGE,
 ) -> list[Memory]:
-    """The session's and the user's session-less memories the reader may see."""
+    """The session's and the user's session-less memories the reader may see, newest
+    first, older than ``before`` (a keyset cursor; the first page by default)."""
     rows = await conn.fetch(
         Q.list_context_memories,
         user_id,
@@ -280,6 +288,8 @@ async def list_context_memories(
         reader.roles,
         limit,
         reader.name,
+        before[0],
+        before[1],
     )
     return [_memory(row) for row in rows]
 

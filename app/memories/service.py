@@ -48,6 +48,7 @@ from app.memories.schemas import (
     SessionContext,
 )
 from app.sessions import repository as sessions_repo
+from app.sessions.schemas import Session
 from app.settings import MemorySettings
 
 FALLBACK_CATEGORY = "session_data"
@@ -377,13 +378,11 @@ class MemoryService:
         """The session and, newest first, the memories the caller may see for it and its
         user, as many as fit in ``limit`` and ``max_bytes`` of content."""
         budget = max_bytes or self._settings.context_default_max_bytes
+        query: AuditQuery = {"session_id": str(session_id), "limit": limit, "max_bytes": budget}
         now = self._clock.now()
         async with self._db.connection() as conn:  # reads, then one audit row: see list
-            session = await sessions_repo.get_session(conn, session_id)
-            if session is None:
-                raise NotFound(f"No session {session_id}.")
-            candidates = await repo.list_context_memories(
-                conn, session.user_id, session_id, now, reader_of(principal), limit + 1
+            session, candidates = await self._context_read(
+                conn, session_id, principal, now, limit, FIRST_PAGE
             )
             chosen: list[Memory] = []
             used = 0
@@ -392,26 +391,61 @@ class MemoryService:
                     break
                 chosen.append(memory)
                 used += memory.content_size
-            await repo.insert_access_logs(
-                conn,
-                [
-                    self.audit_entry(
-                        principal,
-                        "context",
-                        None,
-                        {"session_id": str(session_id), "limit": limit, "max_bytes": budget},
-                        True,
-                        len(chosen),
-                        now,
-                    )
-                ],
-            )
+            await self._audit_context(conn, principal, query, len(chosen), now)
         return SessionContext(
             session=session,
             memories=chosen,
             memory_bytes=used,
             truncated=len(chosen) < len(candidates),
         )
+
+    async def session_memories(
+        self, session_id: UUID, principal: Principal, limit: int, cursor: str | None
+    ) -> MemoryPage:
+        """The memories ``context`` would give the caller for the session (the session's and
+        its user's session-less ones it may see), newest first, a page at a time with no
+        byte budget: what the console shows an operator. Audited as a context read."""
+        before = decode_time_id_cursor(cursor) if cursor else FIRST_PAGE
+        query: dict[str, str | int] = {"session_id": str(session_id), "limit": limit}
+        if cursor:
+            query["cursor"] = cursor
+        now = self._clock.now()
+        async with self._db.connection() as conn:  # reads, then one audit row: see list
+            _, items = await self._context_read(conn, session_id, principal, now, limit, before)
+            page, next_cursor = cut_page(items, limit, lambda m: (m.created_at, m.memory_id))
+            await self._audit_context(conn, principal, query, len(page), now)
+        return MemoryPage(items=page, next_cursor=next_cursor)
+
+    async def _context_read(
+        self,
+        conn: Connection,
+        session_id: UUID,
+        principal: Principal,
+        now: datetime,
+        limit: int,
+        before: tuple[datetime, UUID],
+    ) -> tuple[Session, list[Memory]]:
+        """The live session (404 otherwise) and up to ``limit + 1`` of the memories the
+        context rule lets ``principal`` see for it, older than ``before``."""
+        session = await sessions_repo.get_session(conn, session_id)
+        if session is None:
+            raise NotFound(f"No session {session_id}.")
+        memories = await repo.list_context_memories(
+            conn,
+            session.user_id,
+            session_id,
+            now,
+            reader_of(principal),
+            limit + 1,
+            before,
+        )
+        return session, memories
+
+    async def _audit_context(
+        self, conn: Connection, principal: Principal, query: AuditQuery, rows: int, now: datetime
+    ) -> None:
+        entry = self.audit_entry(principal, "context", None, query, True, rows, now)
+        await repo.insert_access_logs(conn, [entry])
 
     async def audit_log(
         self, agent_name: str | None, since: datetime | None, limit: int, cursor: str | None

@@ -222,11 +222,13 @@ ORDER BY m.created_at DESC, m.memory_id DESC
 
 -- name: list_context_memories
 -- What an agent needs to continue a session: the session's memories and the user's
--- session-less ones, newest first. $3 now, $4 is_admin, $5 roles, $7 caller.
+-- session-less ones, newest first. $3 now, $4 is_admin, $5 roles, $7 caller; ($8, $9)
+-- the keyset cursor (the context endpoint reads the first page, the console pages on).
 SELECT m.* FROM memories m
 WHERE m.user_id = $1
   AND (m.session_id = $2 OR m.session_id IS NULL)
   AND memory_readable(m, $3, $7, ARRAY(SELECT memory_readable_levels($4, $5)))
+  AND (m.created_at, m.memory_id) < ($8, $9)
 ORDER BY m.created_at DESC, m.memory_id DESC
 LIMIT $6
 
