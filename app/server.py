@@ -48,6 +48,7 @@ from app.errors import PROBLEM_JSON, PROBLEM_TYPE_PREFIX
 
 if TYPE_CHECKING:
     import asyncio
+    from collections.abc import Callable
 
     from app.settings import ServerSettings
 
@@ -362,6 +363,8 @@ class _Server(uvicorn.Server):
             hub.end_streams()
         await super().shutdown(sockets)
 
+    on_listening: Callable[[], None] | None = None
+
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets)
         if self.started and sockets:
@@ -369,12 +372,20 @@ class _Server(uvicorn.Server):
             logger.info(
                 "Switchboard listening on %s (OpenAPI: %s/schema)", url, url, extra={"url": url}
             )
+            if self.on_listening is not None:
+                self.on_listening()
 
 
-def run(config: uvicorn.Config, sock: socket.socket) -> bool:
+def run(
+    config: uvicorn.Config,
+    sock: socket.socket,
+    on_listening: Callable[[], None] | None = None,
+) -> bool:
     """Serve on ``sock`` (from ``bind``) until stopped (SIGINT, SIGTERM); false when the
-    server never started."""
+    server never started. ``on_listening`` is called once it listens (a worker tells its
+    supervisor, app/supervisor.py)."""
     server = _Server(config)
+    server.on_listening = on_listening
     try:
         with contextlib.suppress(KeyboardInterrupt):  # uvicorn raises the signal again on exit
             server.run(sockets=[sock])
