@@ -299,9 +299,10 @@ def protocol_class(limits: HeadLimits) -> type[LimitedHttpToolsProtocol]:
 
 
 def uvicorn_config(app: Any, server: ServerSettings, *, host: str, port: int) -> uvicorn.Config:
-    """How Switchboard is served, for ``switchboard serve`` and the benchmarks alike: one
-    process, uvloop, httptools with the head limits, no WebSocket (no route needs one, and
-    an upgraded connection would leave these limits for the websockets library's).
+    """How Switchboard is served, for ``switchboard serve`` and the benchmarks alike (by
+    one process, or by each of ``--workers N``: app/supervisor.py): uvloop, httptools with
+    the head limits, no WebSocket (no route needs one, and an upgraded connection would
+    leave these limits for the websockets library's).
 
     uvicorn's logging is left to app/logs.py (no config of its own, its loggers go to the
     one handler) and its access log is off: the app logs each request itself, structured
