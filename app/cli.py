@@ -40,7 +40,7 @@ def _serve(settings: Settings, args: argparse.Namespace) -> int:
     run_scheduler = settings.scheduler.enabled and not args.no_scheduler
     run_worker = settings.tasks.enabled and not args.no_worker
     if workers > 1:
-        return _serve_workers(settings, args, sock, url, key, workers, run_scheduler, run_worker)
+        return _serve_workers(settings, sock, url, key, workers, run_scheduler, run_worker)
     from app.asgi import create_app
     from app.server import run, uvicorn_config
 
@@ -57,7 +57,6 @@ def _serve(settings: Settings, args: argparse.Namespace) -> int:
 
 def _serve_workers(
     settings: Settings,
-    args: argparse.Namespace,
     sock: socket.socket,
     url: str,
     key: str,
