@@ -174,22 +174,37 @@ async def test_the_scheduler_runs_in_one_worker_each_slot_once(
     assert all(b - a == 1 for a, b in itertools.pairwise(slots)), slots
 
 
-async def test_a_killed_worker_is_replaced(serve: Any) -> None:
+async def test_a_killed_worker_is_replaced_and_worker_0_keeps_the_scheduler(
+    serve: Any,
+) -> None:
     served = await serve()
     before = served.workers()
     assert len(before) == 2
-    os.kill(before[1], signal.SIGKILL)
+    slots = {
+        line["worker"]: line["pid"]
+        for line in served.lines()
+        if line["message"].startswith("started worker")
+    }
+    assert sorted(slots.values()) == before
+    os.kill(slots[0], signal.SIGKILL)  # the one running the scheduler
     await until(lambda: len(served.workers()) == 2 and served.workers() != before)
     after = served.workers()
-    assert before[0] in after
-    assert before[1] not in after
+    assert slots[1] in after
+    assert slots[0] not in after
     await until(lambda: len(listening_lines(served)) == 3)  # the new one listens too
     ended = [line for line in served.lines() if "starting another" in line["message"]]
     assert len(ended) == 1
+    assert "worker 0" in ended[0]["message"]
     assert "SIGKILL" in ended[0]["message"]
+    # Its replacement runs the scheduler again: still one per host.
+    schedulers = [
+        line["worker"] for line in served.lines() if line["message"].startswith("scheduler started")
+    ]
+    assert schedulers == [0, 0]
     async with httpx.AsyncClient(base_url=served.base) as client:
         for _ in range(10):
-            assert (await client.get("/health", headers={"connection": "close"})).status_code == 200
+            response = await client.get("/health", headers={"connection": "close"})
+            assert response.status_code == 200
 
 
 def listening_lines(served: Served) -> list[dict[str, Any]]:
