@@ -72,7 +72,7 @@ def _serve_workers(
 
     _check_connections(settings, url, workers)
     host, port = sock.getsockname()[:2]
-    with multiprocess_metrics(), contextlib.closing(sock):
+    with multiprocess_metrics() as metrics_dir, contextlib.closing(sock):
         # Imported once, before the fork: every worker shares the loaded modules.
         from app.asgi import create_app
 
@@ -87,7 +87,11 @@ def _serve_workers(
             )
             run(uvicorn_config(app, settings.server, host=host, port=port), sock, listening)
 
-        logger.info("serving with %d worker processes", workers, extra={"workers": workers})
+        logger.info(
+            "serving with %d worker processes",
+            workers,
+            extra={"workers": workers, "metrics_dir": metrics_dir},
+        )
         return Supervisor(workers, serve).run()
 
 

@@ -42,6 +42,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from types import FrameType
 
 logger = logging.getLogger("switchboard.supervisor")
@@ -73,13 +74,19 @@ def connections_needed(workers: int, pool_max: int) -> int:
     return workers * (pool_max + DEDICATED_CONNECTIONS)
 
 
+_METRICS_PREFIX = "switchboard-metrics-"
+
+
 @contextlib.contextmanager
 def multiprocess_metrics() -> Iterator[str]:
     """A ``PROMETHEUS_MULTIPROC_DIR`` for the workers: the user's if set (left as it is),
-    else a private empty one, removed at exit. prometheus-client is told now, before any
-    worker builds a metric, whatever was imported before (it reads the variable once)."""
+    else a private empty one, removed at exit (and, should the supervisor be killed, by the
+    next one: the directory is named after its pid). prometheus-client is told now, before
+    any worker builds a metric, whatever was imported before (it reads the variable once)."""
     given = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
-    path = given or tempfile.mkdtemp(prefix="switchboard-metrics-")
+    if not given:
+        _remove_orphaned_metrics()
+    path = given or tempfile.mkdtemp(prefix=f"{_METRICS_PREFIX}{os.getpid()}-")
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = path
     from prometheus_client import values
 
@@ -91,6 +98,20 @@ def multiprocess_metrics() -> Iterator[str]:
             os.environ.pop("PROMETHEUS_MULTIPROC_DIR", None)
             values.ValueClass = values.get_value_class()  # type: ignore[no-untyped-call]
             shutil.rmtree(path, ignore_errors=True)
+
+
+def _remove_orphaned_metrics() -> None:
+    """Remove the private metrics directories of supervisors that no longer run."""
+    for path in Path(tempfile.gettempdir()).glob(f"{_METRICS_PREFIX}*-*"):
+        pid = path.name.removeprefix(_METRICS_PREFIX).split("-", 1)[0]
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            shutil.rmtree(path, ignore_errors=True)
+        except PermissionError:
+            pass  # another user's process: alive
 
 
 class _Stop(Exception):

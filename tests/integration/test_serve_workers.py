@@ -109,8 +109,12 @@ async def serve(database_url: str, tmp_path: Path) -> AsyncIterator[Any]:
     yield start
     for process in started:
         if process.returncode is None:
-            process.kill()
-            await process.wait()
+            process.terminate()
+            try:
+                await asyncio.wait_for(process.wait(), 30)
+            except TimeoutError:
+                process.kill()
+                await process.wait()
 
 
 def listening(served: Served) -> set[int]:
@@ -214,6 +218,10 @@ def listening_lines(served: Served) -> list[dict[str, Any]]:
 async def test_sigterm_ends_open_streams_and_every_worker_exits_0(serve: Any) -> None:
     served = await serve(SWITCHBOARD_STREAM_KEEPALIVE_SECONDS="1")
     workers = served.workers()
+    [metrics_dir] = [
+        line["metrics_dir"] for line in served.lines() if line["message"].startswith("serving with")
+    ]
+    assert os.path.isdir(metrics_dir)  # noqa: ASYNC240
     async with httpx.AsyncClient(base_url=served.base, headers=ADMIN, timeout=10) as client:
         session = await create_session(client)
         response, stream = await open_stream(client, f"/v1/sessions/{session['session_id']}/events")
@@ -230,6 +238,7 @@ async def test_sigterm_ends_open_streams_and_every_worker_exits_0(serve: Any) ->
     assert code == 0
     assert time.monotonic() - began < 10
     assert not any(os.path.exists(f"/proc/{pid}") for pid in workers)  # noqa: ASYNC240
+    assert not os.path.exists(metrics_dir)  # noqa: ASYNC240  (private: removed at exit)
     assert any(line["message"] == "every worker stopped" for line in served.lines())
 
 

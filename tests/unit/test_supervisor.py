@@ -8,7 +8,9 @@ import io
 import json
 import logging
 import os
+import shutil
 import signal
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -61,6 +63,26 @@ def test_a_private_metrics_directory_is_made_and_removed(
     assert not Path(path).exists()
     assert "PROMETHEUS_MULTIPROC_DIR" not in os.environ
     assert values.ValueClass is single
+
+
+def test_a_killed_supervisor_s_metrics_directory_is_removed_by_the_next(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("PROMETHEUS_MULTIPROC_DIR", raising=False)
+    dead = os.fork()  # a pid that no longer runs
+    if dead == 0:
+        os._exit(0)
+    os.waitpid(dead, 0)
+    orphan = Path(tempfile.mkdtemp(prefix=f"switchboard-metrics-{dead}-"))
+    alive = Path(tempfile.mkdtemp(prefix=f"switchboard-metrics-{os.getppid()}-"))
+    try:
+        with multiprocess_metrics() as path:
+            assert Path(path).name.startswith(f"switchboard-metrics-{os.getpid()}-")
+        assert not orphan.exists()
+        assert alive.exists()  # its supervisor (here: any live process) still runs
+    finally:
+        shutil.rmtree(orphan, ignore_errors=True)
+        shutil.rmtree(alive, ignore_errors=True)
 
 
 def test_the_user_s_metrics_directory_is_kept(
