@@ -48,7 +48,7 @@ from app.db.migrate import upgrade  # noqa: E402
 from app.db.pool import Database  # noqa: E402
 from app.services import build_services  # noqa: E402
 from app.settings import DatabaseSettings, Settings  # noqa: E402
-from bench import event_streams  # noqa: E402
+from bench import event_streams, workers  # noqa: E402
 from bench.serve import free_port, spawn  # noqa: E402
 from tests import dbutil  # noqa: E402
 
@@ -747,7 +747,7 @@ def main() -> None:
     parser.add_argument(
         "--only",
         action="append",
-        choices=["http", "database", "cpu", "cleanup", "growth", "streams"],
+        choices=["http", "database", "cpu", "cleanup", "growth", "streams", "workers"],
         help="run only this part (repeatable); printed, not written to bench/results",
     )
     parser.add_argument(
@@ -803,6 +803,28 @@ def main() -> None:
                 # server process: it needs the per-key stream limit raised).
                 "streams": lambda: event_streams.measure(
                     url, 1000 if mode is FULL else 200, mode.window_s, 50
+                ),
+                # 1 and 2 worker processes, and the ceiling and floor served the same way.
+                "workers": lambda: workers.measure(
+                    url,
+                    env,
+                    {
+                        name: script
+                        for name, script in http_scripts(seed, tmp, key).items()
+                        if name in ("GET /v1/sessions/{id}", "POST /v1/memories (1 KiB)")
+                    },
+                    lua(
+                        "floor",
+                        lua_list("ids", seed["sessions"])
+                        + 'request = function() return wrk.format("GET", "/one-query/" .. ids[math.random(#ids)]) end\n',
+                        tmp,
+                        key,
+                    ),
+                    mode.connections[0],
+                    mode.warmup_s,
+                    mode.window_s,
+                    wrk,
+                    settle,
                 ),
             }
             result: dict[str, Any] = {
