@@ -86,9 +86,9 @@ EXPECTED = {
     "POST memory": 1,
     # The key's claim; then, in one transaction, the write and its sealed answer.
     "webhook memory": 5,
-    # Session read; agents; the A2A task awaiting input; next-step counters; the UPDATE
-    # with its decision row.
-    "message": 5,
+    # Session read; agents; next-step counters; the UPDATE with its decision row (the A2A
+    # task awaiting input is looked for only when an enabled agent speaks A2A).
+    "message": 4,
 }
 
 
