@@ -600,6 +600,10 @@ class MemoryService:
         errors: list[dict[str, str]],
         too_large: list[dict[str, str]],
     ) -> PlannedWrite | None:
+        # insert_checked_memory (sql/queries/memories.sql) makes these checks in SQL for a
+        # single write and inserts only what passes them: a check changed here is changed
+        # there too (a stricter statement only costs a round trip; a looser one would
+        # store what this refuses).
         failures_before = len(errors) + len(too_large)
         if item.memory_type not in ref.types:
             errors.append({"field": prefix + "memory_type", "message": "unknown memory type"})
