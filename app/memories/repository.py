@@ -114,13 +114,54 @@ async def write_reference(
     row = await conn.fetchrow(Q.write_reference, user_ids, session_ids)
     if row is None:  # a SELECT without FROM always returns one row
         raise RuntimeError("write_reference returned no row")
+    return _reference(row)
+
+
+def _reference(row: asyncpg.Record, prefix: str = "") -> WriteReference:
     return WriteReference(
-        types=row["types"],
-        categories=row["categories"],
-        levels=frozenset(row["levels"]),
-        users=frozenset(row["users"]),
-        session_owners={UUID(s): UUID(u) for s, u in row["session_owners"].items()},
+        types=row[prefix + "types"],
+        categories=row[prefix + "categories"],
+        levels=frozenset(row[prefix + "levels"]),
+        users=frozenset(row[prefix + "users"]),
+        session_owners={UUID(s): UUID(u) for s, u in row[prefix + "session_owners"].items()},
     )
+
+
+async def insert_checked_memory(
+    conn: Connection,
+    *,
+    user_id: UUID,
+    session_id: UUID | None,
+    agent_name: str,
+    memory_type: str,
+    category: str | None,
+    key: str | None,
+    content: JsonValue,
+    content_size: int,
+    access_level: str | None,
+    now: datetime,
+    acting_principal: str | None,
+) -> tuple[WriteReference, Memory | None]:
+    """The reference data a write is checked against and, if it passes those checks and
+    its key is free, the memory inserted and audited in the same statement (else None)."""
+    row = await conn.fetchrow(
+        Q.insert_checked_memory,
+        user_id,
+        session_id,
+        agent_name,
+        memory_type,
+        category,
+        key,
+        content,
+        content_size,
+        access_level,
+        now,
+        acting_principal,
+    )
+    if row is None:  # the reference CTE is one row, joined to what was stored
+        raise RuntimeError("insert_checked_memory returned no row")
+    memory = None if row["memory_id"] is None else _memory(row)
+    return _reference(row, "ref_"), memory
 
 
 async def insert_memory(
