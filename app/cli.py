@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import logging
+import socket
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from app import runtime
@@ -15,14 +18,17 @@ from app.settings import Settings, SettingsInvalid, load_settings
 if TYPE_CHECKING:
     from app.agents.schemas import Agent
 
+logger = logging.getLogger("switchboard")
+
 
 def _serve(settings: Settings, args: argparse.Namespace) -> int:
-    from app.asgi import create_app
     from app.db.migrate import upgrade
-    from app.server import PortUnavailable, bind, run, uvicorn_config
+    from app.server import PortUnavailable, bind
+    from app.supervisor import worker_count
 
     host = args.host or settings.server.host
     port = settings.server.port if args.port is None else args.port
+    workers = worker_count(settings.server.workers if args.workers is None else args.workers)
     try:
         sock = bind(host, port)  # before anything else: a port in use fails at once
     except PortUnavailable as exc:
@@ -30,15 +36,110 @@ def _serve(settings: Settings, args: argparse.Namespace) -> int:
     url = runtime.database_url(settings)
     if not args.no_migrate:
         upgrade(url)
+    key = runtime.admin_key(settings)
+    run_scheduler = settings.scheduler.enabled and not args.no_scheduler
+    run_worker = settings.tasks.enabled and not args.no_worker
+    if workers > 1:
+        return _serve_workers(settings, sock, url, key, workers, run_scheduler, run_worker)
+    from app.asgi import create_app
+    from app.server import run, uvicorn_config
+
     app = create_app(
         settings,
         database_url=url,
-        admin_key=runtime.admin_key(settings),
-        run_scheduler=settings.scheduler.enabled and not args.no_scheduler,
-        run_worker=settings.tasks.enabled and not args.no_worker,
+        admin_key=key,
+        run_scheduler=run_scheduler,
+        run_worker=run_worker,
     )
     # "listening" is logged by the server once it listens (app/server.py).
     return 0 if run(uvicorn_config(app, settings.server, host=host, port=port), sock) else 1
+
+
+def _serve_workers(
+    settings: Settings,
+    sock: socket.socket,
+    url: str,
+    key: str,
+    workers: int,
+    run_scheduler: bool,
+    run_worker: bool,
+) -> int:
+    """``serve --workers N``: N processes on the one socket (app/supervisor.py); the
+    scheduler in worker 0 only, a task worker in each."""
+    from app.logs import mark_worker
+    from app.server import run, uvicorn_config
+    from app.supervisor import Supervisor, multiprocess_metrics
+
+    _check_connections(settings, url, workers)
+    host, port = sock.getsockname()[:2]
+    with multiprocess_metrics() as metrics_dir, contextlib.closing(sock):
+        # Imported once, before the fork: every worker shares the loaded modules.
+        from app.asgi import create_app
+
+        def serve(slot: int, listening: Callable[[], None]) -> None:
+            mark_worker(slot)
+            app = create_app(
+                settings,
+                database_url=url,
+                admin_key=key,
+                run_scheduler=run_scheduler and slot == 0,
+                run_worker=run_worker,
+            )
+            run(uvicorn_config(app, settings.server, host=host, port=port), sock, listening)
+
+        logger.info(
+            "serving with %d worker processes",
+            workers,
+            extra={"workers": workers, "metrics_dir": metrics_dir},
+        )
+        return Supervisor(workers, serve).run()
+
+
+def _check_connections(settings: Settings, url: str, workers: int) -> None:
+    """Refuse to start N workers whose pools together could open more connections than
+    the server allows at all: under load they would fail (503s) instead of queueing."""
+    import asyncpg
+
+    from app.supervisor import DEDICATED_CONNECTIONS, connections_needed
+
+    async def limit() -> tuple[int, int]:
+        conn = await asyncpg.connect(url)
+        try:
+            allowed = int(await conn.fetchval("SHOW max_connections"))
+            reserved = int(await conn.fetchval("SHOW superuser_reserved_connections"))
+            if conn.get_server_version().major >= 16:
+                reserved += int(await conn.fetchval("SHOW reserved_connections"))
+            return allowed, reserved
+        finally:
+            await conn.close()
+
+    try:
+        allowed, reserved = asyncio.run(limit())
+    except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+        raise CommandFailed(f"cannot reach the database: {exc}") from exc
+    pool_max = settings.database.pool_max_size
+    needed = connections_needed(workers, pool_max)
+    if needed > allowed - reserved:
+        raise CommandFailed(
+            f"{workers} workers may open {needed} connections ({workers} x "
+            f"({pool_max} pooled + {DEDICATED_CONNECTIONS} others)), more than the "
+            f"{allowed - reserved} PostgreSQL allows (max_connections {allowed} less "
+            f"{reserved} reserved): lower --workers or SWITCHBOARD_DATABASE_POOL_MAX_SIZE, "
+            "or raise max_connections"
+        )
+
+
+def _workers(value: str) -> int | str:
+    """``--workers``: a number of processes, 0 or ``auto`` for one per CPU."""
+    if value == "auto":
+        return value
+    try:
+        number = int(value)
+    except ValueError:
+        number = -1
+    if number < 0:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a number of workers (or auto)")
+    return number
 
 
 def _scheduler(settings: Settings, _: argparse.Namespace) -> int:
@@ -219,6 +320,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument(
         "--no-worker", action="store_true", help="run no task worker here (run `worker` elsewhere)"
+    )
+    serve.add_argument(
+        "--workers",
+        type=_workers,
+        help="server processes on the one port; 0 or auto: one per CPU "
+        "(default SWITCHBOARD_WORKERS or 1)",
     )
     serve.set_defaults(handler=_serve)
 

@@ -93,7 +93,7 @@ class TextFormatter(logging.Formatter):
         fields = {
             key: value
             for key, value in _extras(record).items()
-            if record.name != "switchboard.access" or key in ("trace_id",)
+            if record.name != "switchboard.access" or key in ("trace_id", "worker")
         }
         if fields:
             text += "  " + " ".join(f"{key}={value}" for key, value in fields.items())
@@ -151,3 +151,24 @@ def configure_logging(
     # A library's warning (warnings.warn) becomes a line in the same format, not two raw
     # lines of Python's own on stderr.
     logging.captureWarnings(True)
+
+
+class WorkerFilter(logging.Filter):
+    """Stamp each record with the number of the worker process that wrote it."""
+
+    def __init__(self, worker: int) -> None:
+        super().__init__()
+        self.worker = worker
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """Add ``worker`` (a supervisor's line about a worker names it already)."""
+        if getattr(record, "worker", None) is None:
+            record.worker = self.worker
+        return True
+
+
+def mark_worker(worker: int) -> None:
+    """From now on, every line this process logs says ``worker=<n>`` (``switchboard serve
+    --workers``: which of the processes behind the port wrote it)."""
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(WorkerFilter(worker))

@@ -6,8 +6,9 @@ Each app has a registry of its own (a test process builds hundreds of apps; the 
 global default registry would mix them). With ``PROMETHEUS_MULTIPROC_DIR`` set, several
 worker processes serve one port: prometheus-client then keeps each process's counts in
 files under that directory and a scrape answered by any worker sums them all (its
-multiprocess mode). The answer is in the format the scraper asks for: Prometheus text
-0.0.4 by default, OpenMetrics when ``Accept`` names it.
+multiprocess mode; ``switchboard serve --workers N`` sets it up itself, app/supervisor.py).
+The answer is in the format the scraper asks for: Prometheus text 0.0.4 by default,
+OpenMetrics when ``Accept`` names it.
 """
 
 from __future__ import annotations

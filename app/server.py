@@ -48,6 +48,7 @@ from app.errors import PROBLEM_JSON, PROBLEM_TYPE_PREFIX
 
 if TYPE_CHECKING:
     import asyncio
+    from collections.abc import Callable
 
     from app.settings import ServerSettings
 
@@ -298,9 +299,10 @@ def protocol_class(limits: HeadLimits) -> type[LimitedHttpToolsProtocol]:
 
 
 def uvicorn_config(app: Any, server: ServerSettings, *, host: str, port: int) -> uvicorn.Config:
-    """How Switchboard is served, for ``switchboard serve`` and the benchmarks alike: one
-    process, uvloop, httptools with the head limits, no WebSocket (no route needs one, and
-    an upgraded connection would leave these limits for the websockets library's).
+    """How Switchboard is served, for ``switchboard serve`` and the benchmarks alike (by
+    one process, or by each of ``--workers N``: app/supervisor.py): uvloop, httptools with
+    the head limits, no WebSocket (no route needs one, and an upgraded connection would
+    leave these limits for the websockets library's).
 
     uvicorn's logging is left to app/logs.py (no config of its own, its loggers go to the
     one handler) and its access log is off: the app logs each request itself, structured
@@ -362,6 +364,8 @@ class _Server(uvicorn.Server):
             hub.end_streams()
         await super().shutdown(sockets)
 
+    on_listening: Callable[[], None] | None = None
+
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets)
         if self.started and sockets:
@@ -369,12 +373,20 @@ class _Server(uvicorn.Server):
             logger.info(
                 "Switchboard listening on %s (OpenAPI: %s/schema)", url, url, extra={"url": url}
             )
+            if self.on_listening is not None:
+                self.on_listening()
 
 
-def run(config: uvicorn.Config, sock: socket.socket) -> bool:
+def run(
+    config: uvicorn.Config,
+    sock: socket.socket,
+    on_listening: Callable[[], None] | None = None,
+) -> bool:
     """Serve on ``sock`` (from ``bind``) until stopped (SIGINT, SIGTERM); false when the
-    server never started."""
+    server never started. ``on_listening`` is called once it listens (a worker tells its
+    supervisor, app/supervisor.py)."""
     server = _Server(config)
+    server.on_listening = on_listening
     try:
         with contextlib.suppress(KeyboardInterrupt):  # uvicorn raises the signal again on exit
             server.run(sockets=[sock])

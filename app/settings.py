@@ -75,6 +75,9 @@ class ServerSettings(BaseSettings):
     # which took the p99 of a 20-row memory list from about 55 ms to about 22 ms here.
     # Tests turn it off: they build hundreds of apps in one process.
     gc_freeze: bool = True
+    # Server processes accepting on the one port (``switchboard serve --workers``): each
+    # builds its own app and pool (app/supervisor.py). 0 or "auto": one per CPU.
+    workers: NonNegativeInt | Literal["auto"] = 1
 
 
 LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]

@@ -1,6 +1,7 @@
 """Serve one benchmark target the same way for every target, and as ``switchboard serve``
-does (app/server.py: uvicorn, one worker, uvloop, httptools with the head limits), with no
-access log. ``python -m bench.serve ceiling|switchboard PORT``."""
+does (app/server.py: uvicorn, uvloop, httptools with the head limits; one process, or N
+workers under app/supervisor.py as ``serve --workers N``), with no access log.
+``python -m bench.serve ceiling|switchboard PORT [WORKERS]``."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -35,11 +37,12 @@ def memory_kib(pid: int, field: str = "VmRSS") -> int:
 
 
 def spawn(
-    target: str, port: int, env: dict[str, str], cpu: int | None = None
+    target: str, port: int, env: dict[str, str], cpu: int | None = None, workers: int = 1
 ) -> subprocess.Popen[bytes]:
-    """Start ``target`` in a process of its own (pinned to ``cpu`` if given) and wait until it
-    answers; used by the benchmarks, the drills and the fuzz smoke test."""
-    command = [sys.executable, "-m", "bench.serve", target, str(port)]
+    """Start ``target`` in a process of its own (pinned to ``cpu`` if given; ``workers``
+    processes behind the port) and wait until it answers; used by the benchmarks, the
+    drills and the fuzz smoke test."""
+    command = [sys.executable, "-m", "bench.serve", target, str(port), str(workers)]
     if cpu is not None and shutil.which("taskset"):
         command = ["taskset", "-c", str(cpu), *command]
     process = subprocess.Popen(command, cwd=ROOT, env={**os.environ, **env})
@@ -61,26 +64,36 @@ def spawn(
 def main() -> None:
     """Start the named target on 127.0.0.1:PORT."""
     target, port = sys.argv[1], int(sys.argv[2])
+    workers = int(sys.argv[3]) if len(sys.argv) > 3 else 1
     from app.logs import configure_logging
     from app.server import bind, run, uvicorn_config
     from app.settings import Settings
+    from app.supervisor import Supervisor, multiprocess_metrics
 
     settings = Settings()
     settings.logging.level, settings.logging.access = "WARNING", False
     configure_logging(settings.logging)
-    if target == "ceiling":
-        from bench.ceiling import app
-    else:
-        from app.asgi import create_app
+    sock = bind("127.0.0.1", port)
 
-        app = create_app(
-            settings,
-            database_url=os.environ["SWITCHBOARD_DATABASE_URL"],
-            admin_key=os.environ["SWITCHBOARD_ADMIN_KEY"],
-            run_scheduler=False,
-        )
-    config = uvicorn_config(app, settings.server, host="127.0.0.1", port=port)
-    sys.exit(0 if run(config, bind("127.0.0.1", port)) else 1)
+    def serve(_: int = 0, listening: Callable[[], None] | None = None) -> bool:
+        if target == "ceiling":
+            from bench.ceiling import app
+        else:
+            from app.asgi import create_app
+
+            app = create_app(
+                settings,
+                database_url=os.environ["SWITCHBOARD_DATABASE_URL"],
+                admin_key=os.environ["SWITCHBOARD_ADMIN_KEY"],
+                run_scheduler=False,
+            )
+        config = uvicorn_config(app, settings.server, host="127.0.0.1", port=port)
+        return run(config, sock, listening)
+
+    if workers == 1:
+        sys.exit(0 if serve() else 1)
+    with multiprocess_metrics():
+        sys.exit(Supervisor(workers, serve).run())
 
 
 if __name__ == "__main__":

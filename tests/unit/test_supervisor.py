@@ -1,0 +1,165 @@
+"""The parts of ``serve --workers`` that need no process of their own: how many workers a
+setting means, the metrics directory, the worker's mark on its log lines, and the supervisor
+with a trivial worker body (real forked processes)."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import os
+import shutil
+import signal
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from prometheus_client import values
+
+from app.cli import build_parser
+from app.logs import JsonFormatter, WorkerFilter
+from app.settings import ServerSettings
+from app.supervisor import Supervisor, connections_needed, multiprocess_metrics, worker_count
+
+
+def test_auto_and_zero_mean_one_worker_per_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    cpus = len(os.sched_getaffinity(0))
+    assert worker_count("auto") == cpus
+    assert worker_count(0) == cpus
+    assert worker_count(3) == 3
+    monkeypatch.setenv("SWITCHBOARD_WORKERS", "auto")
+    assert ServerSettings().workers == "auto"
+    monkeypatch.setenv("SWITCHBOARD_WORKERS", "4")
+    assert ServerSettings().workers == 4
+    assert ServerSettings.model_fields["workers"].default == 1
+
+
+def test_the_command_line_takes_a_count_or_auto() -> None:
+    parser = build_parser()
+    assert parser.parse_args(["serve", "--workers", "2"]).workers == 2
+    assert parser.parse_args(["serve", "--workers", "auto"]).workers == "auto"
+    assert parser.parse_args(["serve"]).workers is None  # the setting decides
+    with pytest.raises(SystemExit):
+        parser.parse_args(["serve", "--workers", "-1"])
+
+
+def test_connections_needed_counts_the_pool_and_the_dedicated_ones() -> None:
+    assert connections_needed(1, 10) == 15
+    assert connections_needed(4, 10) == 60
+
+
+def test_a_private_metrics_directory_is_made_and_removed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("PROMETHEUS_MULTIPROC_DIR", raising=False)
+    single = values.ValueClass
+    with multiprocess_metrics() as path:
+        assert os.environ["PROMETHEUS_MULTIPROC_DIR"] == path
+        assert list(Path(path).iterdir()) == []
+        assert values.ValueClass is not single  # prometheus-client now writes files
+    assert not Path(path).exists()
+    assert "PROMETHEUS_MULTIPROC_DIR" not in os.environ
+    assert values.ValueClass is single
+
+
+def test_a_killed_supervisor_s_metrics_directory_is_removed_by_the_next(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("PROMETHEUS_MULTIPROC_DIR", raising=False)
+    dead = os.fork()  # a pid that no longer runs
+    if dead == 0:
+        os._exit(0)
+    os.waitpid(dead, 0)
+    orphan = Path(tempfile.mkdtemp(prefix=f"switchboard-metrics-{dead}-"))
+    alive = Path(tempfile.mkdtemp(prefix=f"switchboard-metrics-{os.getppid()}-"))
+    try:
+        with multiprocess_metrics() as path:
+            assert Path(path).name.startswith(f"switchboard-metrics-{os.getpid()}-")
+        assert not orphan.exists()
+        assert alive.exists()  # its supervisor (here: any live process) still runs
+    finally:
+        shutil.rmtree(orphan, ignore_errors=True)
+        shutil.rmtree(alive, ignore_errors=True)
+
+
+def test_the_user_s_metrics_directory_is_kept(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path))
+    (tmp_path / "keep").write_text("")
+    single = values.ValueClass
+    try:
+        with multiprocess_metrics() as path:
+            assert path == str(tmp_path)
+            assert values.ValueClass is not single
+    finally:
+        values.ValueClass = single  # the rest of the test process counts in memory
+    assert (tmp_path / "keep").exists()
+    assert os.environ["PROMETHEUS_MULTIPROC_DIR"] == str(tmp_path)
+
+
+def test_a_worker_s_lines_say_which_worker() -> None:
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(JsonFormatter())
+    handler.addFilter(WorkerFilter(1))
+    logger = logging.getLogger("switchboard.test_worker_mark")
+    logger.addHandler(handler)
+    logger.propagate = False
+    try:
+        logger.warning("hello")
+        logger.warning("about another", extra={"worker": 0})  # a supervisor's line
+    finally:
+        logger.removeHandler(handler)
+    lines = [json.loads(line) for line in stream.getvalue().splitlines()]
+    assert [line["worker"] for line in lines] == [1, 0]
+
+
+def supervise(count: int, body: Callable[[int, Callable[[], None]], None]) -> tuple[int, float]:
+    """Run a supervisor in this process (its main thread) with ``body`` in each worker;
+    SIGTERM it once ``count`` workers said they listen, or after 20 s."""
+    supervisor = Supervisor(count, body)
+    began = time.monotonic()
+    done = threading.Event()
+
+    def stop_later() -> None:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and (
+            sum(w.listening for w in supervisor._workers.values()) < count
+        ):
+            if done.wait(0.05):
+                return  # it stopped by itself
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    stopper = threading.Thread(target=stop_later)
+    stopper.start()
+    try:
+        code = supervisor.run()
+    finally:
+        done.set()
+        stopper.join()
+    return code, time.monotonic() - began
+
+
+def test_workers_that_listen_are_stopped_by_sigterm_and_the_exit_code_is_0() -> None:
+    def body(_: int, listening: Callable[[], None]) -> None:
+        listening()
+        time.sleep(60)  # until SIGTERM
+
+    code, took = supervise(2, body)
+    assert code == 0
+    assert took < 10
+
+
+def test_a_worker_that_never_listens_fails_the_start_with_exit_code_1() -> None:
+    def body(slot: int, listening: Callable[[], None]) -> None:
+        if slot == 0:
+            raise RuntimeError("the database is away")
+        time.sleep(60)
+
+    code, took = supervise(2, body)
+    assert code == 1
+    assert took < 15
