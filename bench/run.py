@@ -484,9 +484,28 @@ WITH archived AS (
 )
 DELETE FROM session_coordination s USING archived a WHERE s.session_id = a.session_id
 """
+# The same work as the expiry job in one statement: the job must also tell subscribers and
+# streams (session.expired, one outbox row per session, in the moving statement), so its
+# bound does too. The bare statement above, without the events, is reported beside it.
+SET_BASED_EXPIRY_TOLD = SET_BASED_EXPIRY.replace(
+    "    RETURNING session_id\n)\n",
+    """    RETURNING session_id, user_id, restorable_until
+), told AS (
+    INSERT INTO outbox_events (event_type, payload, created_at)
+    SELECT 'session.expired',
+           jsonb_build_object('session_id', session_id, 'user_id', user_id,
+                              'restorable_until', restorable_until),
+           now()
+    FROM archived
+)
+""",
+)
+assert SET_BASED_EXPIRY_TOLD != SET_BASED_EXPIRY
 SET_BASED_RETENTION = (
     "DELETE FROM memories WHERE expires_at < now() AND category <> 'interaction_patterns'"
 )
+# Rounds of the cleanup's job-against-bound comparison; each side's best is compared.
+CLEANUP_ROUNDS = {"full": 3, "quick": 1}
 
 
 async def cleanup_at_scale(
@@ -529,13 +548,27 @@ async def cleanup_at_scale(
             "archived": run.details.get("sessions_expired"),
         }
 
-    # 1. The jobs and the set-based bound, each alone on the same data: the ratio. The two
-    # jobs touch different tables; each is timed from a checkpoint.
+    # 1. The jobs and the set-based bound, each alone on the same data: the ratio of the
+    # best of each side over the rounds (this shared host's noise only ever adds time). The
+    # two jobs touch different tables; each is timed from a checkpoint, on fresh rows.
+    jobs_runs: list[dict[str, Any]] = []
+    bounds: list[tuple[float, float]] = []
+    for _ in range(CLEANUP_ROUNDS[mode.name]):
+        await fresh_expired_rows()
+        jobs_runs.append(await sweep())
+        await fresh_expired_rows()
+        retention_bound, _ = await timed(lambda: conn.execute(SET_BASED_RETENTION))
+        expiry_bound, _ = await timed(lambda: conn.execute(SET_BASED_EXPIRY_TOLD))
+        bounds.append((retention_bound, expiry_bound))
     await fresh_expired_rows()
-    alone = await sweep()
-    await fresh_expired_rows()
-    set_retention, _ = await timed(lambda: conn.execute(SET_BASED_RETENTION))
-    set_expiry, _ = await timed(lambda: conn.execute(SET_BASED_EXPIRY))
+    bare_expiry, _ = await timed(lambda: conn.execute(SET_BASED_EXPIRY))
+    alone = {
+        "expiry": min(r["expiry"] for r in jobs_runs),
+        "retention": min(r["retention"] for r in jobs_runs),
+        "archived": jobs_runs[0]["archived"],
+    }
+    set_retention = min(b[0] for b in bounds)
+    set_expiry = min(b[1] for b in bounds)
     # 2. Reads while the jobs run (for as long as they run) against reads when idle.
     idle = wrk(sb.port, "/", 16, 5, get_script)
     await fresh_expired_rows()
@@ -544,12 +577,21 @@ async def cleanup_at_scale(
     loaded = await sweep()
     busy = load.stop()
 
+    out["rounds (best of each side)"] = len(jobs_runs)
     out["expiry job s"] = round(alone["expiry"], 2)
     out["retention job s"] = round(alone["retention"], 2)
+    out["expiry job s, every round"] = [round(r["expiry"], 2) for r in jobs_runs]
+    out["retention job s, every round"] = [round(r["retention"], 2) for r in jobs_runs]
     out["expired rows archived"] = alone["archived"]
     out["set-based expiry s"] = round(set_expiry, 2)
+    out["set-based expiry without events s"] = round(bare_expiry, 2)
     out["set-based retention s"] = round(set_retention, 2)
+    out["set-based expiry s, every round"] = [round(b[1], 2) for b in bounds]
+    out["set-based retention s, every round"] = [round(b[0], 2) for b in bounds]
     out["expiry ratio"] = round(alone["expiry"] / max(set_expiry, 1e-3), 2)
+    out["expiry ratio to the bound without events"] = round(
+        alone["expiry"] / max(bare_expiry, 1e-3), 2
+    )
     out["retention ratio"] = round(alone["retention"] / max(set_retention, 1e-3), 2)
     out["jobs under read load s"] = round(loaded["expiry"] + loaded["retention"], 2)
     out["GET session p99 idle ms"] = idle["p99_ms"]

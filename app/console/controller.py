@@ -4,6 +4,7 @@ calls for the same thing, and renders a template or redirects (post/redirect/get
 from __future__ import annotations
 
 import secrets
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Annotated, Any, get_args
 from urllib.parse import urlencode
@@ -23,6 +24,7 @@ from app.console.charts import overview_charts
 from app.console.diff import diff_versions
 from app.console.gate import (
     ConsoleAuth,
+    Operator,
     may_use_console,
     operator_of,
     require_admin,
@@ -36,20 +38,26 @@ from app.coordination.escalation import EscalationService
 from app.coordination.service import CoordinationService
 from app.errors import BadRequest, Forbidden
 from app.events.schemas import EVENT_TYPES
-from app.events.streams import EventStreamResponse, EventStreams, parse_cursor
+from app.events.streams import EventStreamResponse, EventStreams, parse_cursor, parse_types
 from app.jobs.service import JobService
+from app.memories.service import MemoryService
 from app.sessions.lifecycle import SessionLifecycle
 from app.sessions.schemas import Rollback, SessionStatus
 from app.sessions.service import SessionService
-from app.tasks.schemas import TaskStatus
+from app.tasks.schemas import TERMINAL_STATUSES, TaskStatus
 from app.tasks.service import TaskService
 
 AnyRequest = Request[Any, Any, Any]
 SESSION_STATUSES: tuple[str, ...] = get_args(SessionStatus)
 TASK_STATUSES: tuple[str, ...] = get_args(TaskStatus)
 # What the overview's live refresh listens for: every event that changes a count or chart
-# it shows (a memory purge changes none).
+# it shows (a memory purge changes none). The other live pages ask /console/events for a
+# subset of these (``?types=``); a session page follows its session's own stream.
 LIVE_TYPES = frozenset(EVENT_TYPES) - {"memory.purged"}
+# The events that change a task or a dead letter (the tasks, task and dead-letter pages).
+TASK_LIVE_TYPES = "task.completed,task.dead_lettered,task.failed,task.transition"
+# Every type a session's stream carries that changes what its page shows.
+SESSION_LIVE_TYPES = ",".join(sorted(LIVE_TYPES - {"breaker.changed"}))
 DEAD_LETTER_STATES = ("open", "requeued", "discarded", "all")
 BREAKER_STATES = ("open", "closed")
 # Short lists on the session page; each links to the full, paged list where there is one.
@@ -65,7 +73,10 @@ DONE_MESSAGES = {
     "breaker-closed": "The breaker is closed: the agent takes calls again.",
     "requeued": "Requeued as a new task.",
     "discarded": "Discarded; the dead letter stays, marked with who and why.",
+    "canceled": "Canceled; a running attempt was stopped.",
 }
+# Where a task's cancel form sends the operator back to: its own page or the tasks list.
+CANCEL_RETURNS = ("task", "tasks")
 
 
 def _page(request: AnyRequest, template: str, **context: Any) -> Template:
@@ -120,8 +131,22 @@ def _when(value: str | None, name: FromPath[str]) -> datetime | None:
     return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed
 
 
-def _done(path: str, what: str) -> Redirect:
-    return Redirect(f"{path}?{urlencode({'done': what})}", status_code=303)
+def _done(path: str, what: str, **query: str) -> Redirect:
+    return Redirect(f"{path}?{urlencode({**query, 'done': what})}", status_code=303)
+
+
+# A session action: given the operator and the form, call the service; the word for ?done=.
+SessionAction = Callable[[Operator, Any], Awaitable[str]]
+
+
+async def _on_session(
+    request: AnyRequest, session_id: UUID, act: SessionAction, *, admin: bool = True
+) -> Redirect:
+    """The shape every session form shares: the role check (the admin key unless
+    ``admin`` is false), the form, the service call, back to the session page."""
+    operator = require_admin(request) if admin else operator_of(request)
+    what = await act(operator, await request.form())
+    return _done(f"/console/sessions/{session_id}", what)
 
 
 class ConsoleController(Controller):
@@ -248,13 +273,18 @@ class ConsoleController(Controller):
         last_event_id: Annotated[
             str | None, HeaderParameter(name="Last-Event-ID", required=False)
         ] = None,
+        types: FromQuery[str | None] = None,
     ) -> EventStreamResponse:
-        """The overview's live refresh: the events that change what it shows, as Server-Sent
-        Events, through the same hub and streams as GET /v1/events/stream (its limits per
-        key count the operator's key under its own name: ``console:<name>``)."""
+        """The live refresh of the overview and the task pages: the events that change what
+        they show (``?types=``: some of them), as Server-Sent Events, through the same hub
+        and streams as GET /v1/events/stream (its limits per key count the operator's key
+        under its own name: ``console:<name>``)."""
         operator = operator_of(request)
         cursor = parse_cursor(last_event_id, None)
-        stream = await streams.stream(f"console:{operator.principal.name}", LIVE_TYPES, cursor)
+        wanted = parse_types(types) or LIVE_TYPES
+        if not wanted <= LIVE_TYPES:
+            raise BadRequest(f"types may list only {', '.join(sorted(LIVE_TYPES))}.")
+        stream = await streams.stream(f"console:{operator.principal.name}", wanted, cursor)
         return EventStreamResponse(stream)
 
     # -- sessions ----------------------------------------------------------------------
@@ -312,11 +342,14 @@ class ConsoleController(Controller):
         branch_service: NamedDependency[BranchService],
         coordinator: NamedDependency[CoordinationService],
         tasks: NamedDependency[TaskService],
+        memory_service: NamedDependency[MemoryService],
         old: Annotated[int | None, QueryParameter(ge=1)] = None,
         new: Annotated[int | None, QueryParameter(ge=1)] = None,
         versions_cursor: FromQuery[str | None] = None,
+        memories_cursor: FromQuery[str | None] = None,
     ) -> Template:
-        """A session: state, timeline, decisions, versions with a diff, branches, tasks."""
+        """A session: state, timeline, decisions, versions with a diff, branches, tasks, and
+        the memories the operator's key sees for it (what the context endpoint gives)."""
         session = await session_service.get_session(session_id)
         versions = await session_service.list_versions(
             session_id, SESSION_PAGE_ROWS, versions_cursor
@@ -341,7 +374,32 @@ class ConsoleController(Controller):
             decisions=await coordinator.list_decisions(session_id, SESSION_PAGE_ROWS, None),
             branches=await branch_service.list_branches(session_id),
             tasks=await tasks.list_for_session(session_id, SESSION_PAGE_ROWS, None),
+            memories=await memory_service.session_memories(
+                session_id, operator_of(request).principal, SESSION_PAGE_ROWS, memories_cursor
+            ),
+            retention={c.name: c.retention_seconds for c in await memory_service.list_categories()},
+            memories_cursor=memories_cursor,
+            live_types=SESSION_LIVE_TYPES,
         )
+
+    @get("/sessions/{session_id:uuid}/events")
+    async def session_events(
+        self,
+        request: AnyRequest,
+        session_id: FromPath[UUID],
+        streams: NamedDependency[EventStreams],
+        last_event_id: Annotated[
+            str | None, HeaderParameter(name="Last-Event-ID", required=False)
+        ] = None,
+    ) -> EventStreamResponse:
+        """A session page's live refresh: that session's events only (the stream of
+        GET /v1/sessions/{id}/events, filtered on the server), under the operator's key."""
+        operator = operator_of(request)
+        cursor = parse_cursor(last_event_id, None)
+        stream = await streams.session_stream(
+            session_id, f"console:{operator.principal.name}", cursor
+        )
+        return EventStreamResponse(stream)
 
     @post("/sessions/{session_id:uuid}/rollback", status_code=303)
     async def rollback(
@@ -351,16 +409,14 @@ class ConsoleController(Controller):
         session_service: NamedDependency[SessionService],
     ) -> Redirect:
         """Write a new version equal to an older one, based on the version the page showed."""
-        operator = require_admin(request)
-        form = await request.form()
-        rollback = Rollback(
-            to_version=_form_int(form, "to_version"),
-            base_version=_form_int(form, "base_version"),
-        )
-        await session_service.rollback(
-            session_id, rollback, {_form_int(form, "base_version")}, operator.principal.name
-        )
-        return _done(f"/console/sessions/{session_id}", "rolled-back")
+
+        async def act(operator: Operator, form: Any) -> str:
+            base = _form_int(form, "base_version")
+            rollback = Rollback(to_version=_form_int(form, "to_version"), base_version=base)
+            await session_service.rollback(session_id, rollback, {base}, operator.principal.name)
+            return "rolled-back"
+
+        return await _on_session(request, session_id, act)
 
     @post("/sessions/{session_id:uuid}/preserve", status_code=303)
     async def preserve(
@@ -370,16 +426,18 @@ class ConsoleController(Controller):
         session_service: NamedDependency[SessionService],
     ) -> Redirect:
         """Keep a session past its expiry (or stop keeping it): the API's PATCH preserve."""
-        operator = require_admin(request)
-        form = await request.form()
-        keep = _choice(_form_text(form, "preserve"), ("true", "false"), "preserve") == "true"
-        await session_service.patch_session(
-            session_id,
-            {"preserve": keep},
-            {_form_int(form, "base_version")},
-            operator.principal.name,
-        )
-        return _done(f"/console/sessions/{session_id}", "preserved" if keep else "unpreserved")
+
+        async def act(operator: Operator, form: Any) -> str:
+            keep = _choice(_form_text(form, "preserve"), ("true", "false"), "preserve") == "true"
+            await session_service.patch_session(
+                session_id,
+                {"preserve": keep},
+                {_form_int(form, "base_version")},
+                operator.principal.name,
+            )
+            return "preserved" if keep else "unpreserved"
+
+        return await _on_session(request, session_id, act)
 
     @post("/sessions/{session_id:uuid}/resolve", status_code=303)
     async def resolve(
@@ -390,10 +448,13 @@ class ConsoleController(Controller):
     ) -> Redirect:
         """Resolve an escalated session with a note, as the API's resolve does (recorded,
         announced, its held tasks run): the admin key or a coordination_manager key."""
-        form = await request.form()
-        note = _form_text(form, "note", max_chars=2000)
-        await escalation.resolve(session_id, note, operator_of(request).principal)
-        return _done(f"/console/sessions/{session_id}", "resolved")
+
+        async def act(operator: Operator, form: Any) -> str:
+            note = _form_text(form, "note", max_chars=2000)
+            await escalation.resolve(session_id, note, operator.principal)
+            return "resolved"
+
+        return await _on_session(request, session_id, act, admin=False)
 
     @post("/sessions/{session_id:uuid}/restore", status_code=303)
     async def restore(
@@ -403,9 +464,12 @@ class ConsoleController(Controller):
         session_lifecycle: NamedDependency[SessionLifecycle],
     ) -> Redirect:
         """Bring an archived session back while its recovery window is open."""
-        require_admin(request)
-        await session_lifecycle.restore(session_id)
-        return _done(f"/console/sessions/{session_id}", "restored")
+
+        async def act(_operator: Operator, _form: Any) -> str:
+            await session_lifecycle.restore(session_id)
+            return "restored"
+
+        return await _on_session(request, session_id, act)
 
     # -- agents ------------------------------------------------------------------------
 
@@ -459,6 +523,7 @@ class ConsoleController(Controller):
             page=page,
             state=chosen,
             states=DEAD_LETTER_STATES,
+            live_types=TASK_LIVE_TYPES,
             next_query=urlencode({"state": chosen, "cursor": page.next_cursor or ""}),
         )
 
@@ -509,6 +574,8 @@ class ConsoleController(Controller):
             page=page,
             query=query,
             statuses=TASK_STATUSES,
+            over=TERMINAL_STATUSES,
+            live_types=TASK_LIVE_TYPES,
             next_query=urlencode({**query, "cursor": page.next_cursor or ""}),
         )
 
@@ -518,7 +585,31 @@ class ConsoleController(Controller):
     ) -> Template:
         """One task: input, result, error, trace id and its transitions."""
         detail = await tasks.detail(task_id, operator_of(request).principal)
-        return _page(request, "task.html", nav="tasks", d=detail)
+        return _page(
+            request,
+            "task.html",
+            nav="tasks",
+            d=detail,
+            over=TERMINAL_STATUSES,
+            live_types=TASK_LIVE_TYPES,
+        )
+
+    @post("/tasks/{task_id:uuid}/cancel", status_code=303)
+    async def cancel_task(
+        self, request: AnyRequest, task_id: FromPath[UUID], tasks: NamedDependency[TaskService]
+    ) -> Redirect:
+        """Cancel a task that is not over, as POST /v1/tasks/{id}/cancel does (its running
+        attempt stops; the transition records who and why); 409 page once it is over."""
+        operator = require_admin(request)
+        form = await request.form()
+        reason = _form_text(form, "reason", required=False) or None
+        back = _choice(_form_text(form, "back", required=False), CANCEL_RETURNS, "back")
+        await tasks.cancel(task_id, operator.principal, reason)
+        if back == "tasks":
+            status = _choice(_form_text(form, "status", required=False), TASK_STATUSES, "status")
+            agent = _form_text(form, "agent", required=False, max_chars=200)
+            return _done("/console/tasks", "canceled", status=status or "", agent=agent)
+        return _done(f"/console/tasks/{task_id}", "canceled")
 
     # -- jobs --------------------------------------------------------------------------
 

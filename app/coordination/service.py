@@ -575,6 +575,10 @@ class CoordinationService:
         """The session's task that waits for the user's input, and its agent, when the
         agent can still be called and the remote task continued; else None (the message is
         routed as any other)."""
+        if not any(a.enabled and a.a2a_url for a in agents):
+            # Only an enabled A2A agent's task is continued (below): without one, no task
+            # can be, and the message costs no query for it.
+            return None
         task = await self._agent_tasks.awaiting_input(session.session_id)
         if task is None or task.kind not in ("message", "handoff"):
             return None

@@ -12,6 +12,7 @@ from uuid import UUID
 import asyncpg
 
 from app.common.jsontypes import JsonValue
+from app.common.pagination import FIRST_PAGE
 from app.db.pool import Connection
 from app.db.queries import QUERIES
 from app.memories.schemas import (
@@ -113,13 +114,54 @@ async def write_reference(
     row = await conn.fetchrow(Q.write_reference, user_ids, session_ids)
     if row is None:  # a SELECT without FROM always returns one row
         raise RuntimeError("write_reference returned no row")
+    return _reference(row)
+
+
+def _reference(row: asyncpg.Record, prefix: str = "") -> WriteReference:
     return WriteReference(
-        types=row["types"],
-        categories=row["categories"],
-        levels=frozenset(row["levels"]),
-        users=frozenset(row["users"]),
-        session_owners={UUID(s): UUID(u) for s, u in row["session_owners"].items()},
+        types=row[prefix + "types"],
+        categories=row[prefix + "categories"],
+        levels=frozenset(row[prefix + "levels"]),
+        users=frozenset(row[prefix + "users"]),
+        session_owners={UUID(s): UUID(u) for s, u in row[prefix + "session_owners"].items()},
     )
+
+
+async def insert_checked_memory(
+    conn: Connection,
+    *,
+    user_id: UUID,
+    session_id: UUID | None,
+    agent_name: str,
+    memory_type: str,
+    category: str | None,
+    key: str | None,
+    content: JsonValue,
+    content_size: int,
+    access_level: str | None,
+    now: datetime,
+    acting_principal: str | None,
+) -> tuple[WriteReference, Memory | None]:
+    """The reference data a write is checked against and, if it passes those checks and
+    its key is free, the memory inserted and audited in the same statement (else None)."""
+    row = await conn.fetchrow(
+        Q.insert_checked_memory,
+        user_id,
+        session_id,
+        agent_name,
+        memory_type,
+        category,
+        key,
+        content,
+        content_size,
+        access_level,
+        now,
+        acting_principal,
+    )
+    if row is None:  # the reference CTE is one row, joined to what was stored
+        raise RuntimeError("insert_checked_memory returned no row")
+    memory = None if row["memory_id"] is None else _memory(row)
+    return _reference(row, "ref_"), memory
 
 
 async def insert_memory(
@@ -268,9 +310,16 @@ async def list_memories(
 
 
 async def list_context_memories(
-    conn: Connection, user_id: UUID, session_id: UUID, now: datetime, reader: Reader, limit: int
+    conn: Connection,
+    user_id: UUID,
+    session_id: UUID,
+    now: datetime,
+    reader: Reader,
+    limit: int,
+    before: tuple[datetime, UUID] = FIRST_PAGE,
 ) -> list[Memory]:
-    """The session's and the user's session-less memories the reader may see."""
+    """The session's and the user's session-less memories the reader may see, newest
+    first, older than ``before`` (a keyset cursor; the first page by default)."""
     rows = await conn.fetch(
         Q.list_context_memories,
         user_id,
@@ -280,6 +329,8 @@ async def list_context_memories(
         reader.roles,
         limit,
         reader.name,
+        before[0],
+        before[1],
     )
     return [_memory(row) for row in rows]
 

@@ -48,6 +48,7 @@ from app.memories.schemas import (
     SessionContext,
 )
 from app.sessions import repository as sessions_repo
+from app.sessions.schemas import Session
 from app.settings import MemorySettings
 
 FALLBACK_CATEGORY = "session_data"
@@ -127,6 +128,11 @@ class MemoryService:
         now = self._clock.now()
 
         async def run(conn: Connection) -> list[Memory]:
+            if not batch and len(items) == 1:
+                stored_one = await self._write_one(conn, items[0], principal, now)
+                if before_commit is not None:
+                    await before_commit(conn, [stored_one])
+                return [stored_one]
             plans = await self._plan(conn, items, batch=batch)
             stored: list[Memory] = []
             for index, plan in enumerate(plans):
@@ -377,13 +383,11 @@ class MemoryService:
         """The session and, newest first, the memories the caller may see for it and its
         user, as many as fit in ``limit`` and ``max_bytes`` of content."""
         budget = max_bytes or self._settings.context_default_max_bytes
+        query: AuditQuery = {"session_id": str(session_id), "limit": limit, "max_bytes": budget}
         now = self._clock.now()
         async with self._db.connection() as conn:  # reads, then one audit row: see list
-            session = await sessions_repo.get_session(conn, session_id)
-            if session is None:
-                raise NotFound(f"No session {session_id}.")
-            candidates = await repo.list_context_memories(
-                conn, session.user_id, session_id, now, reader_of(principal), limit + 1
+            session, candidates = await self._context_read(
+                conn, session_id, principal, now, limit, FIRST_PAGE
             )
             chosen: list[Memory] = []
             used = 0
@@ -392,26 +396,61 @@ class MemoryService:
                     break
                 chosen.append(memory)
                 used += memory.content_size
-            await repo.insert_access_logs(
-                conn,
-                [
-                    self.audit_entry(
-                        principal,
-                        "context",
-                        None,
-                        {"session_id": str(session_id), "limit": limit, "max_bytes": budget},
-                        True,
-                        len(chosen),
-                        now,
-                    )
-                ],
-            )
+            await self._audit_context(conn, principal, query, len(chosen), now)
         return SessionContext(
             session=session,
             memories=chosen,
             memory_bytes=used,
             truncated=len(chosen) < len(candidates),
         )
+
+    async def session_memories(
+        self, session_id: UUID, principal: Principal, limit: int, cursor: str | None
+    ) -> MemoryPage:
+        """The memories ``context`` would give the caller for the session (the session's and
+        its user's session-less ones it may see), newest first, a page at a time with no
+        byte budget: what the console shows an operator. Audited as a context read."""
+        before = decode_time_id_cursor(cursor) if cursor else FIRST_PAGE
+        query: dict[str, str | int] = {"session_id": str(session_id), "limit": limit}
+        if cursor:
+            query["cursor"] = cursor
+        now = self._clock.now()
+        async with self._db.connection() as conn:  # reads, then one audit row: see list
+            _, items = await self._context_read(conn, session_id, principal, now, limit, before)
+            page, next_cursor = cut_page(items, limit, lambda m: (m.created_at, m.memory_id))
+            await self._audit_context(conn, principal, query, len(page), now)
+        return MemoryPage(items=page, next_cursor=next_cursor)
+
+    async def _context_read(
+        self,
+        conn: Connection,
+        session_id: UUID,
+        principal: Principal,
+        now: datetime,
+        limit: int,
+        before: tuple[datetime, UUID],
+    ) -> tuple[Session, list[Memory]]:
+        """The live session (404 otherwise) and up to ``limit + 1`` of the memories the
+        context rule lets ``principal`` see for it, older than ``before``."""
+        session = await sessions_repo.get_session(conn, session_id)
+        if session is None:
+            raise NotFound(f"No session {session_id}.")
+        memories = await repo.list_context_memories(
+            conn,
+            session.user_id,
+            session_id,
+            now,
+            reader_of(principal),
+            limit + 1,
+            before,
+        )
+        return session, memories
+
+    async def _audit_context(
+        self, conn: Connection, principal: Principal, query: AuditQuery, rows: int, now: datetime
+    ) -> None:
+        entry = self.audit_entry(principal, "context", None, query, True, rows, now)
+        await repo.insert_access_logs(conn, [entry])
 
     async def audit_log(
         self, agent_name: str | None, since: datetime | None, limit: int, cursor: str | None
@@ -507,6 +546,46 @@ class MemoryService:
 
     # -- helpers -----------------------------------------------------------------------
 
+    async def _write_one(
+        self, conn: Connection, item: MemoryWrite, principal: Principal, now: datetime
+    ) -> Memory:
+        """One memory (not a batch) in one round trip: the statement checks it against the
+        reference data and inserts it with its audit row. When it writes nothing, the
+        reference data it returns explain why, exactly as ``_plan`` would (422/413), or
+        the key is taken and the write goes the way of any other (``_insert``)."""
+        size = len(orjson.dumps(item.content))
+        if size > self._settings.max_content_bytes:
+            # Checked first, as _plan does: too large is the answer whatever else is wrong.
+            raise self._too_large([{"field": "content", "message": f"{size} bytes"}])
+        ref, memory = await repo.insert_checked_memory(
+            conn,
+            user_id=item.user_id,
+            session_id=item.session_id,
+            agent_name=principal.name,
+            memory_type=item.memory_type,
+            category=item.category,
+            key=item.key,
+            content=item.content,
+            content_size=size,
+            access_level=item.access_level,
+            now=now,
+            acting_principal=principal.delegated_by,
+        )
+        if memory is not None:
+            return memory
+        plan = self._checked([item], ref, batch=False)[0]
+        memory = await self._insert(conn, plan, principal, now)  # audited with it
+        if memory is None:  # the checks passed: the key is taken
+            taken = taken_key(plan, "key")
+            await self._refuse_taken_key(conn, principal, plan, now, "key", taken)
+        return memory
+
+    def _too_large(self, too_large: list[dict[str, str]]) -> PayloadTooLarge:
+        return PayloadTooLarge(
+            f"Memory content may be at most {self._settings.max_content_bytes} bytes serialized.",
+            errors=too_large,
+        )
+
     async def _plan(
         self,
         conn: Connection,
@@ -523,6 +602,16 @@ class MemoryService:
             sorted({item.user_id for item in items}),
             sorted({item.session_id for item in items if item.session_id is not None}),
         )
+        return self._checked(items, ref, batch=batch)
+
+    def _checked(
+        self,
+        items: Sequence[MemoryWrite | MemoryUpsert],
+        ref: WriteReference,
+        *,
+        batch: bool,
+    ) -> list[PlannedWrite]:
+        """Every item checked against ``ref``: its plan, or 413/422 naming what is wrong."""
         errors: list[dict[str, str]] = []
         too_large: list[dict[str, str]] = []
         plans: list[PlannedWrite] = []
@@ -532,11 +621,7 @@ class MemoryService:
             if plan is not None:
                 plans.append(plan)
         if too_large:
-            raise PayloadTooLarge(
-                f"Memory content may be at most {self._settings.max_content_bytes} bytes "
-                "serialized.",
-                errors=too_large,
-            )
+            raise self._too_large(too_large)
         if errors:
             raise ValidationFailed("Some memories cannot be stored as given.", errors=errors)
         return plans
@@ -549,6 +634,10 @@ class MemoryService:
         errors: list[dict[str, str]],
         too_large: list[dict[str, str]],
     ) -> PlannedWrite | None:
+        # insert_checked_memory (sql/queries/memories.sql) makes these checks in SQL for a
+        # single write and inserts only what passes them: a check changed here is changed
+        # there too (a stricter statement only costs a round trip; a looser one would
+        # store what this refuses).
         failures_before = len(errors) + len(too_large)
         if item.memory_type not in ref.types:
             errors.append({"field": prefix + "memory_type", "message": "unknown memory type"})

@@ -86,6 +86,54 @@ WITH stored AS (
 )
 SELECT * FROM stored
 
+-- name: insert_checked_memory
+-- One memory written with its checks, in one statement (one round trip, atomic without a
+-- transaction): the reference data write_reference reads, and the INSERT with its audit
+-- row (as insert_memory) only if the memory passes every check the service makes with
+-- them (app/memories/service.py, _plan_one): a known memory type; its category, else
+-- the type's default, else session_data, a known category; a known access level, else the
+-- category's default; a known user; a session of that user, if one is named. The reference
+-- data come back either way: with no memory written, the service explains the refusal
+-- from them (or, if they pass, the key is taken). $1 user, $2 session or NULL, $3 the
+-- writer (the owner), $4 type, $5 category or NULL, $6 key, $7 content, $8 content size,
+-- $9 access level or NULL, $10 now, $11 acting principal.
+WITH ref AS MATERIALIZED (
+    SELECT
+        (SELECT coalesce(jsonb_object_agg(name, default_category), '{}') FROM memory_types)
+            AS types,
+        (SELECT coalesce(jsonb_object_agg(name, default_access_level), '{}')
+         FROM memory_categories) AS categories,
+        (SELECT coalesce(array_agg(level ORDER BY level), '{}') FROM memory_access_levels)
+            AS levels,
+        (SELECT coalesce(array_agg(id), '{}') FROM users WHERE id = $1::uuid) AS users,
+        (SELECT coalesce(jsonb_object_agg(session_id, user_id), '{}')
+         FROM session_coordination WHERE session_id = $2::uuid) AS session_owners
+), stored AS (
+    INSERT INTO memories (
+        user_id, session_id, agent_name, memory_type, category, key, content, content_size,
+        access_level, created_at, updated_at, expires_at
+    )
+    SELECT $1, $2, $3, $4, c.name, $6, $7, $8, coalesce($9, c.default_access_level),
+           $10, $10, $10::timestamptz + c.retention
+    FROM ref r
+    JOIN memory_categories c
+      ON c.name = coalesce(nullif($5::text, ''), r.types ->> $4::text, 'session_data')
+    WHERE r.types ? $4::text
+      AND ($9::text IS NULL OR $9::text = ANY(r.levels))
+      AND cardinality(r.users) = 1
+      AND ($2::uuid IS NULL OR r.session_owners ->> $2::text = $1::text)
+    ON CONFLICT (user_id, category, key) DO NOTHING
+    RETURNING *
+), logged AS (
+    INSERT INTO memory_access_log (
+        agent_name, acting_principal, action, memory_id, query, allowed, rows, at
+    )
+    SELECT $3, $11, 'write', memory_id, NULL, true, 1, $10::timestamptz FROM stored
+)
+SELECT r.types AS ref_types, r.categories AS ref_categories, r.levels AS ref_levels,
+       r.users AS ref_users, r.session_owners AS ref_session_owners, s.*
+FROM ref r LEFT JOIN stored s ON true
+
 -- name: lock_memory_by_key
 -- The named memory, row-locked, if it is live and the caller may read it: for anyone else
 -- it does not exist, as for every other read. $4 now, $5 is_admin, $6 roles, $7 caller.
@@ -222,11 +270,13 @@ ORDER BY m.created_at DESC, m.memory_id DESC
 
 -- name: list_context_memories
 -- What an agent needs to continue a session: the session's memories and the user's
--- session-less ones, newest first. $3 now, $4 is_admin, $5 roles, $7 caller.
+-- session-less ones, newest first. $3 now, $4 is_admin, $5 roles, $7 caller; ($8, $9)
+-- the keyset cursor (the context endpoint reads the first page, the console pages on).
 SELECT m.* FROM memories m
 WHERE m.user_id = $1
   AND (m.session_id = $2 OR m.session_id IS NULL)
   AND memory_readable(m, $3, $7, ARRAY(SELECT memory_readable_levels($4, $5)))
+  AND (m.created_at, m.memory_id) < ($8, $9)
 ORDER BY m.created_at DESC, m.memory_id DESC
 LIMIT $6
 

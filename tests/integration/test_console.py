@@ -618,3 +618,183 @@ async def test_overview_draws_the_charts(
     bad = await admin.get("/console/?window=7d")
     assert bad.status_code == 400
     assert "window must be one of 1h, 24h" in bad.text
+
+
+# -- memories, cancelling a task, live streams ---------------------------------------------
+
+
+def _memory_ids(html: str) -> list[str]:
+    return re.findall(r'data-memory="([0-9a-f-]{36})"', html)
+
+
+async def test_session_page_shows_the_memories_the_context_endpoint_gives(
+    app: Litestar, browser: httpx.AsyncClient, client: httpx.AsyncClient, database_url: str
+) -> None:
+    """The session's memories and its user's session-less ones, through the context rule
+    (another session's, another user's and unreadable ones stay out), paged by cursor."""
+    session = await create_session(client)
+    sid, user = session["session_id"], session["user_id"]
+    other_session = (await create_session(client, user_id=user))["session_id"]
+    stranger = await create_user(client)
+
+    def memory(**fields: Any) -> dict[str, Any]:
+        return {"user_id": user, "memory_type": "orchestrator", "content": {"n": 1}, **fields}
+
+    batch = [memory(session_id=sid, content={"n": n}) for n in range(19)]
+    batch += [
+        memory(category="agent_outputs", key="plan", content={"n": "user-level"}),
+        memory(category="user_profile", key="income", content={"n": "profile"}),
+        memory(session_id=other_session, content={"n": "elsewhere"}),
+        {"user_id": stranger, "memory_type": "orchestrator", "content": {"n": "stranger"}},
+    ]
+    written = await client.post("/v1/memories", json=batch)
+    assert written.status_code == 201, written.text
+    ids = [m["memory_id"] for m in written.json()["items"]]
+    visible = set(ids[:21])  # the session's 19, the user-level plan and profile
+
+    assert (await sign_in(browser, ADMIN_KEY)).status_code == 303
+    first = await browser.get(f"/console/sessions/{sid}")
+    assert first.status_code == 200
+    context = await client.get(f"/v1/sessions/{sid}/context", params={"limit": 20})
+    assert _memory_ids(first.text) == [m["memory_id"] for m in context.json()["memories"]]
+    assert 'rel="next"' in first.text
+    older = re.search(r'href="([^"]*memories_cursor=[^"#]+)', first.text)
+    assert older is not None
+    second = await browser.get(older.group(1).replace("&amp;", "&"))
+    assert second.status_code == 200
+    assert set(_memory_ids(first.text)) | set(_memory_ids(second.text)) == visible
+    assert len(_memory_ids(first.text)) == 20
+    assert len(_memory_ids(second.text)) == 1
+    # What the table says of a memory: category, key, access level, retention, expiry.
+    row = re.search(rf'data-memory="{ids[19]}">(.*?)</tr>', first.text + second.text, re.S)
+    assert row is not None
+    assert "agent_outputs" in row.group(1)
+    assert ">plan<" in row.group(1)
+    assert "coordination_manager" in row.group(1)
+    assert "30 d" in row.group(1)
+    assert "<time" in row.group(1)
+    profile = re.search(rf'data-memory="{ids[20]}">(.*?)</tr>', first.text + second.text, re.S)
+    assert profile is not None
+    assert ">kept<" in profile.group(1)
+
+    # Every read is audited, as the context endpoint's are: a context row under the admin.
+    conn = await asyncpg.connect(database_url)
+    try:
+        rows = await conn.fetch(
+            "SELECT agent_name, query FROM memory_access_log WHERE action = 'context' "
+            "AND query->>'session_id' = $1 ORDER BY at",
+            sid,
+        )
+    finally:
+        await conn.close()
+    assert [r["agent_name"] for r in rows] == ["admin"] * 3
+    bad = await browser.get(f"/console/sessions/{sid}", params={"memories_cursor": "bogus"})
+    assert bad.status_code == 400
+
+    # A coordination_manager key sees what its roles allow: not the user_profile memory.
+    manager = await make_agent(client, "n8n-ops", ["coordination_manager"])
+    async with same_app_client(app) as other:
+        assert (await sign_in(other, manager)).status_code == 303
+        seen = set()
+        page = await other.get(f"/console/sessions/{sid}")
+        seen |= set(_memory_ids(page.text))
+        older = re.search(r'href="([^"]*memories_cursor=[^"#]+)', page.text)
+        if older is not None:
+            seen |= set(_memory_ids((await other.get(older.group(1).replace("&amp;", "&"))).text))
+    assert seen == visible - {ids[20]}
+
+
+async def test_a_task_is_canceled_from_its_page_and_from_the_list(
+    browser: httpx.AsyncClient, client: httpx.AsyncClient
+) -> None:
+    """TaskService.cancel as POST /v1/tasks/{id}/cancel: the transition records the operator
+    and the reason; a task that is over gets a 409 page saying so; admin only."""
+    made = await client.post("/v1/agents", json={"name": "worker-1", "url": "http://127.0.0.1:9/"})
+    assert made.status_code == 201, made.text
+    task_ids = []
+    for _ in range(2):
+        task = await client.post("/v1/tasks", json={"agent_name": "worker-1", "input": {"q": 1}})
+        assert task.status_code == 201, task.text
+        task_ids.append(task.json()["task_id"])
+    first, second = task_ids
+
+    manager = await make_agent(client, "n8n-ops", ["coordination_manager"])
+    assert (await sign_in(browser, manager)).status_code == 303
+    page = await browser.get(f"/console/tasks/{first}")
+    assert f"/console/tasks/{first}/cancel" not in page.text  # no button it may not press
+    refused = await browser.post(
+        f"/console/tasks/{first}/cancel",
+        data={"csrf_token": _token(page.text, "csrf_token"), "back": "task"},
+    )
+    assert refused.status_code == 403
+    await browser.post("/console/logout", data={"csrf_token": _token(page.text, "csrf_token")})
+
+    assert (await sign_in(browser, ADMIN_KEY)).status_code == 303
+    page = await browser.get(f"/console/tasks/{first}")
+    assert f'action="/console/tasks/{first}/cancel"' in page.text
+    csrf = _token(page.text, "csrf_token")
+    done = await browser.post(
+        f"/console/tasks/{first}/cancel",
+        data={"csrf_token": csrf, "back": "task", "reason": "customer hung up"},
+    )
+    assert done.status_code == 303, done.text
+    assert done.headers["location"] == f"/console/tasks/{first}?done=canceled"
+    detail = (await client.get(f"/v1/tasks/{first}")).json()
+    assert detail["task"]["status"] == "canceled"
+    last = detail["transitions"][-1]
+    assert (last["to_status"], last["actor"], last["reason"]) == (
+        "canceled",
+        "admin",
+        "customer hung up",
+    )
+    shown = await browser.get(done.headers["location"])
+    assert "Canceled; a running attempt was stopped." in shown.text
+    assert f'action="/console/tasks/{first}/cancel"' not in shown.text  # it is over
+
+    again = await browser.post(
+        f"/console/tasks/{first}/cancel", data={"csrf_token": csrf, "back": "task"}
+    )
+    assert again.status_code == 409
+    assert again.headers["content-type"].startswith("text/html")
+    assert "already canceled" in again.text
+
+    listed = await browser.get("/console/tasks", params={"agent": "worker-1"})
+    assert f'action="/console/tasks/{second}/cancel"' in listed.text
+    assert f'action="/console/tasks/{first}/cancel"' not in listed.text
+    from_list = await browser.post(
+        f"/console/tasks/{second}/cancel",
+        data={"csrf_token": csrf, "back": "tasks", "status": "", "agent": "worker-1"},
+    )
+    assert from_list.status_code == 303
+    assert from_list.headers["location"] == "/console/tasks?status=&agent=worker-1&done=canceled"
+    assert (await client.get(f"/v1/tasks/{second}")).json()["task"]["status"] == "canceled"
+    bad = await browser.post(
+        f"/console/tasks/{second}/cancel", data={"csrf_token": csrf, "back": "elsewhere"}
+    )
+    assert bad.status_code == 400
+    missing = await browser.post(
+        "/console/tasks/0190c6c0-0000-7000-8000-000000000000/cancel",
+        data={"csrf_token": csrf, "back": "task"},
+    )
+    assert missing.status_code == 404
+
+
+async def test_live_pages_name_their_streams(
+    admin: httpx.AsyncClient, client: httpx.AsyncClient
+) -> None:
+    """The session page follows its own session's stream; the task pages ask the console
+    stream for task events only; a type the console does not stream is a 400."""
+    sid = (await create_session(client))["session_id"]
+    page = await admin.get(f"/console/sessions/{sid}")
+    assert f'data-live="/console/sessions/{sid}/events"' in page.text
+    assert page.text.count("data-live-region") >= 6
+    tasks = await admin.get("/console/tasks")
+    assert 'data-live="/console/events?types=task.completed,' in tasks.text
+    letters = await admin.get("/console/dead-letters")
+    assert "data-live-region" in letters.text
+    bad = await admin.get("/console/events", params={"types": "memory.purged"})
+    assert bad.status_code == 400
+    unknown = await admin.get("/console/events", params={"types": "nope"})
+    assert unknown.status_code == 400
+    missing = await admin.get("/console/sessions/0190c6c0-0000-7000-8000-000000000000/events")
+    assert missing.status_code == 404

@@ -16,7 +16,7 @@ import shutil
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -143,13 +143,17 @@ async def screenshot(page: Any, name: str, tmp_path: Path) -> Path:
     return target
 
 
-class _Refusing(BaseHTTPRequestHandler):
-    """An agent that refuses every call with a 400 (not retried: one attempt, a dead letter)."""
+class _Agent(BaseHTTPRequestHandler):
+    """A downstream agent on 127.0.0.1: reads the call, answers ``answer()``'s JSON."""
+
+    def answer(self) -> tuple[int, dict[str, Any]]:
+        raise NotImplementedError
 
     def do_POST(self) -> None:
         self.rfile.read(int(self.headers.get("content-length", "0")))
-        body = json.dumps({"error": "bad request"}).encode()
-        self.send_response(400)
+        status, answer = self.answer()
+        body = json.dumps(answer).encode()
+        self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
@@ -159,9 +163,10 @@ class _Refusing(BaseHTTPRequestHandler):
         return
 
 
-@pytest.fixture(scope="module")
-def refusing_agent() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Refusing)
+@contextmanager
+def serving(handler: type[_Agent]) -> Iterator[str]:
+    """``handler`` served on 127.0.0.1 for the block: its URL."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
@@ -169,6 +174,19 @@ def refusing_agent() -> Iterator[str]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+class _Refusing(_Agent):
+    """An agent that refuses every call with a 400 (not retried: one attempt, a dead letter)."""
+
+    def answer(self) -> tuple[int, dict[str, Any]]:
+        return 400, {"error": "bad request"}
+
+
+@pytest.fixture(scope="module")
+def refusing_agent() -> Iterator[str]:
+    with serving(_Refusing) as url:
+        yield url
 
 
 async def dead_letters(api: httpx.AsyncClient, seconds: float = 20) -> list[dict[str, Any]]:
@@ -221,6 +239,18 @@ async def seed(live: Live, refusing_agent: str) -> dict[str, Any]:
         headers={"If-Match": '"2"'},
     )
     assert handed.status_code == 200, handed.text
+    remembered = await api.post(
+        "/v1/memories",
+        json={
+            "user_id": alice,
+            "session_id": sid,
+            "memory_type": "orchestrator",
+            "category": "agent_outputs",
+            "key": "dispute",
+            "content": {"invoice": 2291, "claim": "charged twice"},
+        },
+    )
+    assert remembered.status_code == 201, remembered.text
     for user in (alice, bob, bob):
         assert (await api.post("/v1/sessions", json={"user_id": user})).status_code == 201
     made = await api.post(
@@ -300,6 +330,7 @@ async def test_an_operator_round_trip(
     assert '"active_process": "billing-dispute"' in await diff.locator("pre").inner_text()
     timeline = await page.locator("ol.timeline").inner_text()
     assert "Billing_Agent executing" in timeline
+    assert "dispute" in await page.locator("#session-memories").inner_text()
     await screenshot(page, "session.png", tmp_path)
 
     # Roll back to version 1 (the confirm dialog is accepted).
@@ -436,10 +467,149 @@ async def test_the_overview_refreshes_itself_after_an_api_write(live: Live, page
     for _ in range(2):
         made = await live.api.post("/v1/sessions", json={"user_id": user})
         assert made.status_code == 201, made.text
-    # The counts are replaced in place (the region swapped), not by a reload.
-    await counts.locator("tr", has_text="active").wait_for(timeout=10_000)
+    # The counts are replaced in place (the region swapped), not by a reload. The two
+    # sessions' events may come in one refresh or two (2 s apart): wait for the count of 2.
     fresh = page.locator("table.counts", has_text="Sessions by status")
-    assert "2" in await fresh.locator("tr", has_text="active").inner_text()
+    active = fresh.locator("tr", has_text="active").filter(has_text="2")
+    await active.wait_for(timeout=10_000)
     assert await page.evaluate("window.notReloaded") is True
     assert "updated at" in await page.locator("#live-status").inner_text()
     assert not [m for m in refused if "Content Security Policy" in m]
+
+
+async def test_a_session_page_follows_its_own_session(live: Live, page: Any) -> None:
+    """The session page shows the memories its context gives, and refreshes over its own
+    session's stream: an API write updates it in place, but not the part in which the
+    operator is typing, and a write to another session does not refresh it at all."""
+    api = live.api
+    user = (await api.post("/v1/users", json={"external_ref": "dora@example.com"})).json()["id"]
+    sid = (await api.post("/v1/sessions", json={"user_id": user})).json()["session_id"]
+    other = (await api.post("/v1/sessions", json={"user_id": user})).json()["session_id"]
+    wrote = await api.post(
+        "/v1/memories",
+        json={
+            "user_id": user,
+            "session_id": sid,
+            "memory_type": "orchestrator",
+            "category": "agent_outputs",
+            "key": "refund_plan",
+            "content": {"step": "refund invoice 2291"},
+        },
+    )
+    assert wrote.status_code == 201, wrote.text
+
+    def patch(session: str, version: int, priority: str) -> Any:
+        return api.patch(
+            f"/v1/sessions/{session}",
+            json={"priority": priority},
+            headers={"Content-Type": "application/merge-patch+json", "If-Match": f'"{version}"'},
+        )
+
+    assert (await patch(sid, 1, "high")).status_code == 200
+    await sign_in(page, live.url)
+    await page.goto(f"{live.url}/console/sessions/{sid}")
+    memories = page.locator("#session-memories")
+    assert "refund_plan" in await memories.inner_text()
+    assert "agent_outputs" in await memories.inner_text()
+    await page.locator("#live-status", has_text="listening").wait_for()
+    await page.evaluate("window.notReloaded = true")
+    version = page.locator("#session-state dt:text-is('Version') + dd")
+    assert await version.inner_text() == "2"
+
+    # The operator types into the rollback form; an API write arrives meanwhile.
+    rollback_to = page.get_by_label("Roll back to version")
+    await rollback_to.fill("2")
+    assert (await patch(sid, 2, "low")).status_code == 200
+    diff = page.locator("#session-versions .diff h3", has_text="From version 2 to version 3")
+    await diff.wait_for(timeout=10_000)  # the versions part was swapped in place
+    assert await version.inner_text() == "2"  # the part with the form waits
+    assert await rollback_to.input_value() == "2"
+    assert "being filled in" in await page.locator("#live-status").inner_text()
+
+    # The form is cleared and left: its part catches up.
+    await rollback_to.fill("1")
+    await page.get_by_role("heading", name="Memories").click()
+    await page.locator("#session-state dt:text-is('Version') + dd", has_text="3").wait_for(
+        timeout=10_000
+    )
+    assert await page.evaluate("window.notReloaded") is True
+
+    # Another session's write reaches no part of this page (the stream is filtered).
+    await page.evaluate("document.getElementById('session-versions').dataset.mark = 'kept'")
+    assert (await patch(other, 1, "high")).status_code == 200
+    await asyncio.sleep(3)  # longer than a refresh takes (throttle 2 s)
+    assert await page.evaluate("document.getElementById('session-versions').dataset.mark") == (
+        "kept"
+    )
+
+
+class _Slow(_Agent):
+    """An agent that takes its time (until the test lets it go): a task stays working."""
+
+    release = threading.Event()
+
+    def answer(self) -> tuple[int, dict[str, Any]]:
+        self.release.wait(30)
+        return 200, {"answer": "late"}
+
+
+@pytest.fixture
+def slow_agent() -> Iterator[str]:
+    with serving(_Slow) as url:
+        try:
+            yield url
+        finally:
+            _Slow.release.set()  # before the server stops: it waits for its handlers
+
+
+async def task_status(api: httpx.AsyncClient, task_id: str) -> str:
+    status: str = (await api.get(f"/v1/tasks/{task_id}")).json()["task"]["status"]
+    return status
+
+
+async def test_an_operator_cancels_tasks(live: Live, page: Any, slow_agent: str) -> None:
+    """A working task is canceled from the tasks list (its attempt stops), a new task shows
+    up in the list by itself, and it is canceled from its own page with a reason."""
+    api = live.api
+    made = await api.post(
+        "/v1/agents", json={"name": "Slow_Agent", "url": slow_agent, "timeout_ms": 60_000}
+    )
+    assert made.status_code == 201, made.text
+
+    async def submit() -> str:
+        task = await api.post("/v1/tasks", json={"agent_name": "Slow_Agent", "input": {"q": 1}})
+        assert task.status_code == 201, task.text
+        task_id: str = task.json()["task_id"]
+        return task_id
+
+    working = await submit()
+    deadline = time.monotonic() + 15
+    while await task_status(api, working) != "working":
+        assert time.monotonic() < deadline, "the task never started"
+        await asyncio.sleep(0.1)
+
+    await sign_in(page, live.url)
+    await page.goto(f"{live.url}/console/tasks?agent=Slow_Agent")
+    await page.get_by_role("button", name=f"Cancel task {working}").click()
+    await page.wait_for_url("**/console/tasks?status=&agent=Slow_Agent&done=canceled")
+    assert "Canceled" in await page.get_by_role("status").inner_text()
+    assert await task_status(api, working) == "canceled"
+    row = page.locator("tr", has_text=working)
+    assert "canceled" in await row.inner_text()
+    assert await row.get_by_role("button").count() == 0
+
+    # The list refreshes over the console's stream: a new task appears without a reload.
+    await page.locator("#live-status", has_text="listening").wait_for()
+    waiting = await submit()
+    await page.get_by_role("link", name=waiting).wait_for(timeout=10_000)
+    await page.get_by_role("link", name=waiting).click()
+    await page.get_by_label("Why (recorded in the transition)").fill("duplicate request")
+    await page.get_by_role("button", name="Cancel the task").click()
+    await page.wait_for_url(f"{live.url}/console/tasks/{waiting}?done=canceled")
+    detail = (await api.get(f"/v1/tasks/{waiting}")).json()
+    assert detail["task"]["status"] == "canceled"
+    assert (detail["transitions"][-1]["actor"], detail["transitions"][-1]["reason"]) == (
+        "admin",
+        "duplicate request",
+    )
+    assert await page.get_by_role("button", name="Cancel the task").count() == 0

@@ -709,3 +709,55 @@ async def test_user_delete_cascades_to_memories(client: httpx.AsyncClient) -> No
     created = (await client.post("/v1/memories", json=memory(user_id))).json()
     assert (await client.delete(f"/v1/users/{user_id}")).status_code == 200
     assert_problem(await client.get(f"/v1/memories/{created['memory_id']}"), 404)
+
+
+UNKNOWN_ID = "01900000-0000-7000-8000-000000000000"
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {},
+        {"memory_type": "planning"},
+        {"category": "user_profile", "access_level": "authorized_agents"},
+        {"session_id": "own"},
+        {"memory_type": "telepathy"},
+        {"category": "nope"},
+        {"access_level": "nope"},
+        {"memory_type": "telepathy", "category": "nope", "access_level": "nope"},
+        {"category": ""},
+        {"access_level": ""},
+        {"session_id": "other"},
+        {"session_id": UNKNOWN_ID},
+        {"user_id": UNKNOWN_ID, "session_id": "own"},
+    ],
+)
+async def test_a_single_write_is_checked_as_a_batch_of_one_is(
+    client: httpx.AsyncClient, fields: dict[str, str]
+) -> None:
+    """A single memory is checked and inserted by one statement (insert_checked_memory), a
+    batch by the service's own checks first: both store, or refuse, the same memory alike."""
+    user_id = await create_user(client)
+    sessions = {
+        "own": (await create_session(client, user_id=user_id))["session_id"],
+        "other": (await create_session(client))["session_id"],
+    }
+    body = {**memory(user_id), **{k: sessions.get(v, v) for k, v in fields.items()}}
+    single = await client.post("/v1/memories", json=body)
+    batch = await client.post("/v1/memories", json=[body])
+    if single.status_code == 201:
+        assert batch.status_code == 201, batch.text
+        stored = batch.json()["items"][0]
+        written = single.json()
+        same = ("user_id", "session_id", "memory_type", "category", "access_level", "content")
+        assert {k: written[k] for k in same} == {k: stored[k] for k in same}
+        return
+    assert single.status_code == batch.status_code == 422, (single.text, batch.text)
+    one, many = single.json(), batch.json()
+    # A batch names each item's fields by its index (and its detail speaks of items).
+    assert one["errors"] == [
+        {**error, "field": error["field"].removeprefix("0.")} for error in many["errors"]
+    ]
+    listed = await client.get("/v1/memories", params={"user_id": body["user_id"]})
+    assert listed.status_code in (200, 404)
+    assert listed.status_code == 404 or listed.json()["items"] == []
