@@ -133,6 +133,13 @@ def _die_with_parent(parent: int) -> None:
         raise _Stop
 
 
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return str(number)
+
+
 @dataclass
 class _Worker:
     slot: int
@@ -156,11 +163,13 @@ class Supervisor:
         self._stop_deadline: float | None = None
         self._listened = False
         self._failed = False
+        self._ready_r = -1
 
     def run(self) -> int:
         """Supervise until SIGTERM/SIGINT (0) or a failed start-up (1)."""
         ready_r, ready_w = os.pipe()
         wake_r, wake_w = os.pipe()
+        self._ready_r = ready_r
         for fd in (ready_r, wake_r, wake_w):
             os.set_blocking(fd, False)
         previous = {sig: signal.getsignal(sig) for sig in _SIGNALS}
@@ -175,7 +184,7 @@ class Supervisor:
                     select.select([ready_r, wake_r], [], [], 0.5)
                 with contextlib.suppress(BlockingIOError):
                     os.read(wake_r, 4096)
-                self._read_listening(ready_r)
+                self._read_listening()
                 self._reap()
                 if self._stop_signal is not None and self._stop_deadline is None:
                     name = signal.Signals(self._stop_signal).name
@@ -244,9 +253,9 @@ class Supervisor:
                 sys.stderr.flush()
             os._exit(code)
 
-    def _read_listening(self, ready_r: int) -> None:
+    def _read_listening(self) -> None:
         try:
-            data = os.read(ready_r, 4096)
+            data = os.read(self._ready_r, 4096)
         except BlockingIOError:
             return
         for line in data.split():
@@ -263,12 +272,13 @@ class Supervisor:
                 return
             if pid == 0:
                 return
+            self._read_listening()  # what it said before it ended
             worker = self._workers.pop(pid, None)
             if worker is None:
                 continue
             self._forget(pid)
             code = os.waitstatus_to_exitcode(status)
-            how = f"signal {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
+            how = f"signal {_signal_name(-code)}" if code < 0 else f"exit code {code}"
             fields = {"worker": worker.slot, "pid": pid}
             if self._stop_deadline is not None:
                 logger.debug("worker %d (pid %d) stopped (%s)", worker.slot, pid, how)
