@@ -455,6 +455,11 @@ class ConsoleSettings(BaseSettings):
     # replica that shares the admin key accepts the same cookies, and a new admin key
     # signs everyone out.
     secret: str | None = Field(default=None, min_length=32)
+    # Failed sign-ins an address may make: this many a minute once its burst is spent (0
+    # turns the limit off). A correct key spends nothing, but is refused too while the
+    # address is over the limit: otherwise the 429 would tell a guesser which key was right.
+    login_failures_per_minute: float = Field(default=6.0, ge=0)
+    login_failure_burst: PositiveInt = 10
 
 
 Scheme = Literal["http", "https"]

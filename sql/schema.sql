@@ -458,6 +458,8 @@ CREATE TABLE coordination_decisions (
 
 CREATE INDEX coordination_decisions_session_idx
     ON coordination_decisions (session_id, created_at DESC, decision_id DESC);
+-- The console's charts count decisions by time alone (revision 0029).
+CREATE INDEX coordination_decisions_created_idx ON coordination_decisions (created_at);
 
 -- ---------------------------------------------------------------------------------------
 -- Scheduler (revision 0004)

@@ -17,9 +17,11 @@ from litestar.plugins.jinja import JinjaTemplateEngine
 from litestar.static_files import create_static_files_router
 from litestar.template.config import TemplateConfig
 
+from app.auth.ratelimit import RateLimiter
 from app.clock import Clock
 from app.console.controller import ConsoleController
 from app.console.gate import ConsoleAuth, add_security_headers, console_gate, error_page
+from app.console.operations import OperationsController
 from app.console.reads import ConsoleReads
 from app.console.session import SessionSigner, derive_secret
 from app.db.pool import Database
@@ -30,6 +32,8 @@ from app.settings import Settings
 HERE = Path(__file__).resolve().parent
 # Left out of the API-key middleware: the console checks its own session cookie.
 CONSOLE_PATHS = ["^/console(/|$)"]
+# How many client addresses' failed sign-ins are remembered (per replica) at most.
+SIGN_IN_ADDRESSES = 10_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,7 +61,7 @@ def console_parts(
         route_handlers=[
             Router(
                 path="/",
-                route_handlers=[ConsoleController],
+                route_handlers=[ConsoleController, OperationsController],
                 before_request=console_gate,
                 after_request=add_security_headers,
                 exception_handlers={
@@ -76,5 +80,11 @@ def console_parts(
             agents=services.agents,
             clock=clock,
             session_seconds=settings.console.session_seconds,
+            sign_in_failures=RateLimiter(
+                settings.console.login_failures_per_minute / 60,
+                settings.console.login_failure_burst,
+                what="sign-ins from this address",
+                max_callers=SIGN_IN_ADDRESSES,
+            ),
         ),
     )

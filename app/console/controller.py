@@ -25,6 +25,8 @@ from app.console.diff import diff_versions
 from app.console.gate import (
     ConsoleAuth,
     Operator,
+    client_address,
+    logger,
     may_use_console,
     operator_of,
     require_admin,
@@ -173,6 +175,9 @@ class ConsoleController(Controller):
     async def login(self, request: AnyRequest) -> Template | Redirect:
         """Check the key as the API does and start a session; the key goes no further."""
         auth: ConsoleAuth = request.app.state.console_auth
+        # Before the key is looked at: a 429 only for wrong keys would confirm a right one.
+        address = client_address(request)
+        auth.sign_in_failures.check(address)
         form = await request.form()
         if not same_token(form.get("login_token"), request.cookies.get(LOGIN_COOKIE_NAME, "")):
             raise Forbidden("The sign-in form's token is missing or wrong; reload the page.")
@@ -180,6 +185,10 @@ class ConsoleController(Controller):
         key = sent.strip() if isinstance(sent, str) else ""
         principal = await auth.agents.authenticate(hash_key(key)) if key else None
         if principal is None or not may_use_console(principal):
+            auth.sign_in_failures.take(address)
+            logger.warning(
+                "console: refused a sign-in from %s (unknown key, or not a console key)", address
+            )
             token = secrets.token_urlsafe(32)
             return Template(
                 template_name="login.html",

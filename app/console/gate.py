@@ -14,11 +14,12 @@ from litestar.response import Redirect, Template
 
 from app.agents.service import AgentService
 from app.auth.principal import INTEGRATION_ROLE, Principal
+from app.auth.ratelimit import RateLimiter
 from app.clock import Clock
 from app.common.options import AllowedMethods
 from app.common.parameters import ParameterRules
 from app.console.session import COOKIE_NAME, ConsoleSession, SessionSigner, same_token
-from app.errors import Forbidden, SwitchboardError, Unauthorized
+from app.errors import Forbidden, RateLimited, SwitchboardError, Unauthorized
 
 logger = logging.getLogger("switchboard.console")
 
@@ -59,12 +60,14 @@ class Operator:
 
 @dataclass(frozen=True, slots=True)
 class ConsoleAuth:
-    """What the gate needs: the signer, the key check, the clock and the cookie's life."""
+    """What the gate needs: the signer, the key check, the clock and the cookie's life;
+    and the sign-in form's limit on failed attempts per client address."""
 
     signer: SessionSigner
     agents: AgentService
     clock: Clock
     session_seconds: int
+    sign_in_failures: RateLimiter
 
     async def operator_for(self, session: ConsoleSession) -> Principal | None:
         """The principal of the session's key if it may still use the console."""
@@ -72,6 +75,12 @@ class ConsoleAuth:
         if principal is None:
             return None
         return principal if may_use_console(principal) else None
+
+
+def client_address(request: Request[Any, Any, Any]) -> str:
+    """The address the request came from, as the server saw it (behind a proxy, the
+    proxy's, unless the server is told to trust its forwarded headers)."""
+    return request.client.host if request.client is not None else "unknown"
 
 
 def may_use_console(principal: Principal) -> bool:
@@ -155,6 +164,9 @@ def error_page(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]
         status, title = 500, "Internal error"
         detail = "The console failed to handle this request; it has been logged."
     operator = getattr(request.state, "console_operator", None)
+    headers = dict(SECURITY_HEADERS)
+    if isinstance(exc, RateLimited):
+        headers["Retry-After"] = str(exc.retry_after)
     return Template(
         template_name="error.html",
         context={
@@ -162,8 +174,9 @@ def error_page(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]
             "detail": detail,
             "status": status,
             "operator": operator,
-            "signed_out": status == 401,
+            # Not signed in (a 401, or the sign-in form's own refusals): offer the form.
+            "signed_out": status == 401 or operator is None,
         },
         status_code=status,
-        headers=SECURITY_HEADERS,
+        headers=headers,
     )

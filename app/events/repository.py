@@ -11,8 +11,10 @@ from app.events.frames import stream_event
 from app.events.schemas import (
     DueDelivery,
     EventDelivery,
+    EventDetail,
     NewEvent,
     StreamEvent,
+    SubscriberDelivery,
     Subscription,
 )
 
@@ -67,12 +69,45 @@ async def delete_subscription(conn: Connection, subscription_id: UUID) -> bool:
 
 
 async def list_deliveries(
-    conn: Connection, status: str | None, before: tuple[datetime, UUID, UUID], limit: int
+    conn: Connection,
+    status: str | None,
+    event_type: str | None,
+    before: tuple[datetime, UUID, UUID],
+    limit: int,
 ) -> list[EventDelivery]:
     """Events with their delivery state, newest first, after the (created_at, event_id,
     subscription_id) of the last row seen."""
-    rows = await conn.fetch(Q.list_deliveries, status, before[0], before[1], before[2], limit)
+    rows = await conn.fetch(
+        Q.list_deliveries, status, event_type, before[0], before[1], before[2], limit
+    )
     return [EventDelivery(**dict(row)) for row in rows]
+
+
+async def event_detail(conn: Connection, event_id: UUID) -> EventDetail | None:
+    """An event and its delivery to each subscriber (None: no such event with deliveries)."""
+    rows = await conn.fetch(Q.event_deliveries, event_id)
+    if not rows:
+        return None
+    first = rows[0]
+    return EventDetail(
+        event_id=first["event_id"],
+        event_type=first["event_type"],
+        payload=first["payload"],
+        created_at=first["created_at"],
+        trace_id=first["trace_id"],
+        deliveries=[
+            SubscriberDelivery(
+                subscription_id=row["subscription_id"],
+                url=row["url"],
+                status=row["status"],
+                attempts=row["attempts"],
+                last_error=row["last_error"],
+                delivered_at=row["delivered_at"],
+                next_attempt_at=row["next_attempt_at"],
+            )
+            for row in rows
+        ],
+    )
 
 
 async def redeliver_event(conn: Connection, event_id: UUID, now: datetime) -> int:

@@ -119,6 +119,31 @@ class EventDeliveryPage:
 
 
 @dataclass(frozen=True, slots=True)
+class SubscriberDelivery:
+    """An event's delivery to one subscriber: where, how it went, and the last error."""
+
+    subscription_id: UUID
+    url: str
+    status: str
+    attempts: int
+    last_error: str | None
+    delivered_at: datetime | None
+    next_attempt_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class EventDetail:
+    """One event, its payload and its delivery to each subscriber."""
+
+    event_id: UUID
+    event_type: str
+    payload: dict[str, Any]
+    created_at: datetime
+    trace_id: str | None
+    deliveries: list[SubscriberDelivery]
+
+
+@dataclass(frozen=True, slots=True)
 class DueDelivery:
     """A delivery claimed for sending."""
 

@@ -29,6 +29,7 @@ from app.events import repository as repo
 from app.events.schemas import (
     DueDelivery,
     EventDeliveryPage,
+    EventDetail,
     NewEvent,
     Subscription,
     SubscriptionCreate,
@@ -82,18 +83,26 @@ class EventService:
                 raise NotFound(f"No subscription {subscription_id}.")
 
     async def deliveries(
-        self, status: str | None, limit: int, cursor: str | None
+        self, status: str | None, limit: int, cursor: str | None, event_type: str | None = None
     ) -> EventDeliveryPage:
-        """Events with their delivery state, newest first."""
+        """Events with their delivery state, newest first (of one ``event_type`` if given)."""
         before = decode_time_id_id_cursor(cursor) if cursor else FIRST_PAGE_OF_PAIRS
         async with self._db.connection() as conn:
-            items = await repo.list_deliveries(conn, status, before, limit + 1)
+            items = await repo.list_deliveries(conn, status, event_type, before, limit + 1)
         # One event has a row per subscriber: the event id alone would skip the rest of
         # an event whose rows a page boundary splits.
         page, next_cursor = cut_page(
             items, limit, lambda e: (e.created_at, e.event_id, e.subscription_id)
         )
         return EventDeliveryPage(items=page, next_cursor=next_cursor)
+
+    async def event(self, event_id: UUID) -> EventDetail:
+        """An event with its payload and its delivery to each subscriber (404: none)."""
+        async with self._db.connection() as conn:
+            detail = await repo.event_detail(conn, event_id)
+        if detail is None:
+            raise NotFound(f"No deliveries for event {event_id}.")
+        return detail
 
     async def redeliver(self, event_id: UUID) -> int:
         """Send an event again to all its subscribers (resets attempts); how many."""

@@ -4,8 +4,10 @@ drives the same console in a real Chromium)."""
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from datetime import timedelta
 from typing import Any
 from uuid import UUID
@@ -18,7 +20,13 @@ from litestar import Litestar
 from app.clock import Clock, FrozenClock
 from app.console import repository as repo
 from app.console.reads import window_bounds
-from app.settings import ConsoleSettings, Settings
+from app.db.pool import Database
+from app.events.service import EventService
+from app.outbound.policy import OutboundPolicy
+from app.outbound.transport import outbound_client
+from app.settings import ConsoleSettings, DatabaseSettings, SchedulerSettings, Settings
+from tests.a2a_agent import A2AAgent
+from tests.agent_server import AgentServer
 from tests.conftest import ADMIN_KEY, LOOPBACK_ALLOWED, same_app_client
 from tests.integration.helpers import create_session, create_user, if_match
 
@@ -618,6 +626,254 @@ async def test_overview_draws_the_charts(
     bad = await admin.get("/console/?window=7d")
     assert bad.status_code == 400
     assert "window must be one of 1h, 24h" in bad.text
+
+
+# -- agents, cards and skills (app/console/operations.py) ----------------------------------
+
+CARD = {
+    "name": "Budget_Agent",
+    "description": "Plans budgets",
+    "url": "http://127.0.0.1:9/agent",
+    "version": "1.0.0",
+    "skills": [
+        {
+            "id": "budgeting",
+            "name": "Budgeting",
+            "description": "Monthly budgets",
+            "tags": ["money"],
+        }
+    ],
+}
+
+
+async def test_agent_page_shows_registry_card_skills_breaker_and_tasks(
+    admin: httpx.AsyncClient, client: httpx.AsyncClient
+) -> None:
+    await make_agent(client, "Budget_Agent", [])
+    published = await client.post("/v1/agents/Budget_Agent/card", json=CARD)
+    assert published.status_code == 200, published.text
+    listing = await admin.get("/console/agents")
+    assert 'href="/console/agents/Budget_Agent"' in listing.text
+    page = await admin.get("/console/agents/Budget_Agent")
+    assert page.status_code == 200, page.text
+    assert "<h1>Agent Budget_Agent</h1>" in page.text
+    assert 'class="badge badge-published">published' in page.text
+    assert '<td class="mono">budgeting</td>' in page.text
+    assert '"description": "Plans budgets"' in page.text  # the stored card, as JSON
+    assert 'class="badge badge-closed">closed' in page.text
+    assert "No tasks for this agent." in page.text
+    assert "Discover card now" in page.text
+    skills = await admin.get("/console/skills")
+    assert skills.status_code == 200
+    assert '<td class="mono">budgeting</td>' in skills.text
+    assert '<a href="/console/agents/Budget_Agent">Budget_Agent</a>' in skills.text
+    assert (await admin.get("/console/agents/Nobody")).status_code == 404
+
+
+async def test_discover_now_fetches_a_real_a2a_card(
+    admin: httpx.AsyncClient, client: httpx.AsyncClient
+) -> None:
+    server = await A2AAgent().start()
+    try:
+        await make_agent(client, "Plan_Agent", [])
+        patched = await client.patch("/v1/agents/Plan_Agent", json={"url": server.url})
+        assert patched.status_code == 200, patched.text
+        csrf = await csrf_of(admin, "/console/agents/Plan_Agent")
+        sent = await admin.post("/console/agents/Plan_Agent/discover", data={"csrf_token": csrf})
+        assert sent.status_code == 303
+        assert sent.headers["location"] == "/console/agents/Plan_Agent?done=discovered"
+        assert server.card_fetches == 1
+        base = server.url
+    finally:
+        await server.stop()
+    page = await admin.get(sent.headers["location"])
+    assert "The card was fetched" in page.text
+    assert 'class="badge badge-discovered">discovered' in page.text
+    assert f"{base}/a2a (protocol 1.0)" in page.text
+    assert '<td class="mono">a2a_budgeting</td>' in page.text
+    agent = (await client.get("/v1/agents/Plan_Agent")).json()
+    assert agent["card_status"] == "discovered"
+    assert agent["a2a_url"] == base + "/a2a"
+
+
+async def test_discover_failures_are_messages_on_the_agent_page(
+    admin: httpx.AsyncClient, client: httpx.AsyncClient
+) -> None:
+    """The API's 422 (no url, a card it cannot use) and 502 (unreachable) become a readable
+    alert on the page, with the error recorded on the agent."""
+    await make_agent(client, "Plan_Agent", [])
+    csrf = await csrf_of(admin)
+    no_url = await admin.post("/console/agents/Plan_Agent/discover", data={"csrf_token": csrf})
+    assert no_url.headers["location"] == "/console/agents/Plan_Agent?done=no-url"
+    page = await admin.get(no_url.headers["location"])
+    assert page.status_code == 200
+    assert 'role="alert"' in page.text
+    assert "has no URL to fetch a card from" in page.text
+
+    server = await A2AAgent(card_mode="no_interface").start()
+    try:
+        await client.patch("/v1/agents/Plan_Agent", json={"url": server.url})
+        invalid = await admin.post("/console/agents/Plan_Agent/discover", data={"csrf_token": csrf})
+        assert invalid.headers["location"] == "/console/agents/Plan_Agent?done=card-invalid"
+        page = await admin.get(invalid.headers["location"])
+        assert "cannot be used; the agent is marked invalid" in page.text
+        assert "declares no JSON-RPC interface" in page.text
+    finally:
+        await server.stop()
+    # The agent's server is gone: nothing listens there any more.
+    unreachable = await admin.post("/console/agents/Plan_Agent/discover", data={"csrf_token": csrf})
+    assert unreachable.headers["location"] == "/console/agents/Plan_Agent?done=card-unreachable"
+    page = await admin.get(unreachable.headers["location"])
+    assert page.status_code == 200
+    assert "could not be fetched; the agent is marked unreachable" in page.text
+    assert 'class="badge badge-unreachable">unreachable' in page.text
+    assert (await client.get("/v1/agents/Plan_Agent")).json()["card_status"] == "unreachable"
+
+
+# -- event deliveries ------------------------------------------------------------------------
+
+
+@asynccontextmanager
+async def delivering(database_url: str, clock: Clock) -> AsyncIterator[EventService]:
+    """An EventService of another process (as the scheduler builds it) that gives up after one
+    failed attempt, so a delivery goes dead at once."""
+    database = Database(database_url, DatabaseSettings(pool_min_size=1, pool_max_size=2))
+    await database.open()
+    outbound = OutboundPolicy(LOOPBACK_ALLOWED)
+    try:
+        async with outbound_client(outbound) as http:
+            yield EventService(
+                database, clock, SchedulerSettings(delivery_max_attempts=1), http, outbound
+            )
+    finally:
+        await database.close()
+
+
+async def test_deliveries_filter_and_an_event_is_redelivered(
+    admin: httpx.AsyncClient,
+    client: httpx.AsyncClient,
+    database_url: str,
+    frozen_clock: FrozenClock,
+) -> None:
+    receiver = await AgentServer(behaviour="fail", status=500).start()
+    try:
+        subscribed = await client.post(
+            "/v1/subscriptions", json={"url": receiver.url, "event_types": ["session.version"]}
+        )
+        assert subscribed.status_code == 201, subscribed.text
+        session = await create_session(client)
+        async with delivering(database_url, frozen_clock) as events:
+            assert await events.deliver_due() == 1
+            dead = await admin.get("/console/deliveries?state=dead")
+            assert dead.status_code == 200
+            (event_id,) = set(re.findall(r'href="/console/deliveries/([0-9a-f-]{36})"', dead.text))
+            assert "HTTP 500" in dead.text
+            other_type = await admin.get("/console/deliveries?state=dead&type=session.handoff")
+            assert event_id not in other_type.text
+            assert "No delivery matches." in other_type.text
+            assert event_id not in (await admin.get("/console/deliveries?state=delivered")).text
+            overview = await admin.get("/console/")
+            assert 'href="/console/deliveries?state=dead"' in overview.text
+
+            page = await admin.get(f"/console/deliveries/{event_id}")
+            assert page.status_code == 200
+            assert session["session_id"] in page.text  # the payload
+            assert receiver.url in page.text
+            assert 'class="badge badge-dead">dead' in page.text
+
+            receiver.behaviour, receiver.status = "ok", 200
+            sent = await admin.post(
+                f"/console/deliveries/{event_id}/redeliver",
+                data={"csrf_token": await csrf_of(admin)},
+            )
+            assert sent.status_code == 303
+            assert sent.headers["location"] == f"/console/deliveries/{event_id}?done=redelivered"
+            pending = await admin.get(sent.headers["location"])
+            assert "Every delivery of the event is pending again" in pending.text
+            assert 'class="badge badge-pending">pending' in pending.text
+            assert await events.deliver_due() == 1
+        delivered = await admin.get(f"/console/deliveries/{event_id}")
+        assert 'class="badge badge-delivered">delivered' in delivered.text
+        assert len(receiver.requests) == 2
+    finally:
+        await receiver.stop()
+    api = (await client.get("/v1/events", params={"status": "delivered"})).json()["items"]
+    assert [item["event_id"] for item in api] == [event_id]
+
+
+async def test_delivery_pages_refuse_bad_input(admin: httpx.AsyncClient) -> None:
+    bad_state = await admin.get("/console/deliveries?state=lost")
+    assert bad_state.status_code == 400
+    assert "state must be one of pending, delivered, dead" in bad_state.text
+    assert (await admin.get("/console/deliveries?type=session.nope")).status_code == 400
+    assert (await admin.get("/console/deliveries?cursor=garbage")).status_code == 400
+    unknown = await admin.get("/console/deliveries/01900000-0000-7000-8000-000000000000")
+    assert unknown.status_code == 404
+    csrf = await csrf_of(admin)
+    redeliver = await admin.post(
+        "/console/deliveries/01900000-0000-7000-8000-000000000000/redeliver",
+        data={"csrf_token": csrf},
+    )
+    assert redeliver.status_code == 404
+
+
+async def test_discover_and_redeliver_need_the_admin_key_and_the_csrf_token(
+    browser: httpx.AsyncClient, client: httpx.AsyncClient, database_url: str
+) -> None:
+    await make_agent(client, "Plan_Agent", [])
+    manager = await make_agent(client, "n8n-ops", ["coordination_manager"])
+    assert (await sign_in(browser, manager)).status_code == 303
+    page = await browser.get("/console/agents/Plan_Agent")
+    assert page.status_code == 200
+    assert "Discover card now" not in page.text
+    assert (await browser.get("/console/deliveries")).status_code == 200
+    csrf = await csrf_of(browser)
+    event = "01900000-0000-7000-8000-000000000000"
+    for action in ("/console/agents/Plan_Agent/discover", f"/console/deliveries/{event}/redeliver"):
+        refused = await browser.post(action, data={"csrf_token": csrf})
+        assert refused.status_code == 403, action
+        assert "needs the admin key" in refused.text
+    agent = (await client.get("/v1/agents/Plan_Agent")).json()
+    assert agent["card_checked_at"] is None  # no discovery was tried
+
+    await browser.post("/console/logout", data={"csrf_token": csrf})
+    assert (await sign_in(browser, ADMIN_KEY)).status_code == 303
+    for action in ("/console/agents/Plan_Agent/discover", f"/console/deliveries/{event}/redeliver"):
+        forged = await browser.post(action, data={"csrf_token": "forged"})
+        assert forged.status_code == 403, action
+        assert "CSRF token" in forged.text
+    assert (await client.get("/v1/agents/Plan_Agent")).json()["card_checked_at"] is None
+
+
+# -- the sign-in's rate limit ----------------------------------------------------------------
+
+
+async def test_failed_sign_ins_are_limited_per_address(
+    browser: httpx.AsyncClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Ten wrong keys from an address, then 429 with Retry-After, for a right key too (a
+    different answer would confirm a guess); each failure is logged without the key."""
+    burst = ConsoleSettings().login_failure_burst
+    caplog.set_level(logging.WARNING, logger="switchboard.console")
+    for attempt in range(burst):
+        wrong = await sign_in(browser, f"guess-number-{attempt}")
+        assert wrong.status_code == 401, attempt
+    limited = await sign_in(browser, "guess-number-last")
+    assert limited.status_code == 429
+    assert 1 <= int(limited.headers["retry-after"]) <= 60
+    assert "Too many requests for sign-ins from this address" in limited.text
+    assert '<a href="/console/login">Sign in</a>' in limited.text
+    assert (await sign_in(browser, ADMIN_KEY)).status_code == 429
+    refusals = [r.getMessage() for r in caplog.records if "sign-in from" in r.getMessage()]
+    assert len(refusals) == burst
+    assert all("127.0.0.1" in message for message in refusals)
+    assert not any("guess-number" in r.getMessage() for r in caplog.records)
+
+
+async def test_successful_sign_ins_spend_nothing(browser: httpx.AsyncClient) -> None:
+    for _ in range(ConsoleSettings().login_failure_burst * 2):
+        assert (await sign_in(browser, ADMIN_KEY)).status_code == 303
+    assert (await sign_in(browser, "one-wrong-key")).status_code == 401
 
 
 # -- memories, cancelling a task, live streams ---------------------------------------------

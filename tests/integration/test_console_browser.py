@@ -13,6 +13,8 @@ import asyncio
 import json
 import os
 import shutil
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -27,6 +29,7 @@ import pytest
 
 from bench.serve import free_port, spawn
 from tests import dbutil
+from tests.a2a_agent import A2AAgent
 from tests.conftest import ADMIN_KEY
 
 playwright_api = pytest.importorskip(
@@ -60,10 +63,11 @@ def chromium_path() -> str | None:
 
 @dataclass
 class Live:
-    """A Switchboard process and an admin client of its API."""
+    """A Switchboard process, an admin client of its API, and its database."""
 
     url: str
     api: httpx.AsyncClient
+    database_url: str
 
 
 @asynccontextmanager
@@ -91,7 +95,7 @@ async def running_switchboard(
         async with httpx.AsyncClient(
             base_url=url, headers={"Authorization": f"Bearer {ADMIN_KEY}"}, timeout=10
         ) as api:
-            yield Live(url, api)
+            yield Live(url, api, dbutil.with_database(server_url, name))
     finally:
         process.terminate()
         await asyncio.to_thread(process.wait, 30)
@@ -475,6 +479,153 @@ async def test_the_overview_refreshes_itself_after_an_api_write(live: Live, page
     assert await page.evaluate("window.notReloaded") is True
     assert "updated at" in await page.locator("#live-status").inner_text()
     assert not [m for m in refused if "Content Security Policy" in m]
+
+
+# -- agents' cards and event deliveries (app/console/operations.py) ----------------------------
+
+
+class _Receiver(BaseHTTPRequestHandler):
+    """An event subscriber: answers ``status`` (500 until a test says otherwise)."""
+
+    status = 500
+    received: list[str] = []
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("content-length", "0")))
+        type(self).received.append(self.headers.get("X-Switchboard-Event-Id", ""))
+        self.send_response(type(self).status)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *_: Any) -> None:
+        return
+
+
+@pytest.fixture
+def receiver() -> Iterator[tuple[str, type[_Receiver]]]:
+    handler = type("Receiver", (_Receiver,), {"status": 500, "received": []})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/events", handler
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@asynccontextmanager
+async def scheduler_process(live: Live) -> AsyncIterator[None]:
+    """``python -m scheduler`` on the live process's database, as a deployment runs it beside
+    ``switchboard serve --no-scheduler``: it delivers events every half second and gives a
+    delivery up (dead) after one failed attempt."""
+    env = {
+        **os.environ,
+        "SWITCHBOARD_DATABASE_URL": live.database_url,
+        "SWITCHBOARD_ADMIN_KEY": ADMIN_KEY,
+        "SWITCHBOARD_OUTBOUND_ALLOW_LOOPBACK": "true",
+        "SWITCHBOARD_SCHEDULER_DELIVERY_INTERVAL": "PT0.5S",
+        "SWITCHBOARD_SCHEDULER_DELIVERY_MAX_ATTEMPTS": "1",
+    }
+    process = await asyncio.to_thread(
+        subprocess.Popen, [sys.executable, "-m", "scheduler"], env=env
+    )
+    try:
+        yield
+    finally:
+        process.terminate()
+        await asyncio.to_thread(process.wait, 30)
+
+
+async def deliveries(api: httpx.AsyncClient, status: str, seconds: float = 20) -> list[Any]:
+    """The deliveries in ``status``, once there is one."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        items: list[Any] = (await api.get("/v1/events", params={"status": status})).json()["items"]
+        if items:
+            return items
+        await asyncio.sleep(0.2)
+    raise AssertionError(f"no {status} delivery arrived")
+
+
+async def test_an_event_that_failed_is_redelivered(
+    live: Live, page: Any, receiver: tuple[str, type[_Receiver]]
+) -> None:
+    url, answers = receiver
+    subscribed = await live.api.post(
+        "/v1/subscriptions", json={"url": url, "event_types": ["session.version"]}
+    )
+    assert subscribed.status_code == 201, subscribed.text
+    async with scheduler_process(live):
+        user = (await live.api.post("/v1/users", json={"external_ref": "dora@example.com"})).json()
+        made = await live.api.post("/v1/sessions", json={"user_id": user["id"]})
+        assert made.status_code == 201, made.text
+        (dead,) = await deliveries(live.api, "dead")
+        event_id = dead["event_id"]
+        assert answers.received == [event_id]
+
+        await sign_in(page, live.url)
+        tile = page.get_by_role("link", name="event deliveries not made")
+        assert "1" in await tile.inner_text()
+        await tile.click()
+        await page.wait_for_url(f"{live.url}/console/deliveries?state=dead")
+        row = page.locator("tbody tr", has_text=event_id)
+        assert "HTTP 500" in await row.inner_text()
+        await row.get_by_role("link", name=event_id).click()
+        await page.wait_for_url(f"{live.url}/console/deliveries/{event_id}")
+        assert made.json()["session_id"] in await page.locator("pre").inner_text()
+        delivery = page.locator("tbody tr", has_text=url)
+        assert "dead" in await delivery.inner_text()
+
+        answers.status = 200  # the subscriber is fixed: deliver the event again
+        await page.get_by_role("button", name=f"Redeliver event {event_id}").click()
+        await page.wait_for_url(f"{live.url}/console/deliveries/{event_id}?done=redelivered")
+        assert "pending again" in await page.get_by_role("status").inner_text()
+        (delivered,) = await deliveries(live.api, "delivered")
+        assert delivered["event_id"] == event_id
+    assert answers.received == [event_id, event_id]
+    await page.reload()
+    assert "delivered" in await page.locator("tbody tr", has_text=url).inner_text()
+    await page.get_by_role("link", name="Deliveries", exact=True).click()
+    await page.get_by_label("State").select_option("delivered")
+    await page.get_by_role("button", name="Filter").click()
+    await page.wait_for_url("**/console/deliveries?state=delivered&type=")
+    assert await page.locator("tbody tr", has_text=event_id).count() == 1
+
+
+async def test_discover_an_agent_card_from_a_real_a2a_agent(live: Live, page: Any) -> None:
+    agent = await A2AAgent().start()
+    try:
+        made = await live.api.post("/v1/agents", json={"name": "Plan_Agent", "url": agent.url})
+        assert made.status_code == 201, made.text
+        await sign_in(page, live.url)
+        await page.get_by_role("link", name="Agents", exact=True).click()
+        await page.get_by_role("link", name="Plan_Agent", exact=True).click()
+        await page.wait_for_url(f"{live.url}/console/agents/Plan_Agent")
+        assert "No skills" in await page.locator("section", has_text="Skills").inner_text()
+        await page.get_by_role("button", name="Discover the card of Plan_Agent now").click()
+        await page.wait_for_url(f"{live.url}/console/agents/Plan_Agent?done=discovered")
+        assert "The card was fetched" in await page.get_by_role("status").inner_text()
+        assert agent.card_fetches == 1
+        card = await page.locator("section", has_text="A2A card").inner_text()
+        assert "discovered" in card
+        assert f"{agent.url}/a2a" in await page.locator("dl.facts").first.inner_text()
+        await page.get_by_role("link", name="Skills", exact=True).click()
+        row = page.locator("tbody tr", has_text="a2a_budgeting")
+        assert "Plan_Agent" in await row.inner_text()
+
+        await agent.stop()  # the agent is gone: the next discovery cannot fetch the card
+        await row.get_by_role("link", name="Plan_Agent", exact=True).click()
+        await page.get_by_role("button", name="Discover the card of Plan_Agent now").click()
+        await page.wait_for_url(f"{live.url}/console/agents/Plan_Agent?done=card-unreachable")
+        alert = await page.get_by_role("alert").inner_text()
+        assert "could not be fetched" in alert
+        assert "The error:" in alert
+    finally:
+        await agent.stop()
+    stored = (await live.api.get("/v1/agents/Plan_Agent")).json()
+    assert stored["card_status"] == "unreachable"
+    assert [skill["id"] for skill in stored["skills"]] == ["a2a_budgeting"]
 
 
 async def test_a_session_page_follows_its_own_session(live: Live, page: Any) -> None:

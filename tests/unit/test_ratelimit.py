@@ -1,0 +1,66 @@
+"""The token bucket (app/auth/ratelimit.py) on a clock the test moves."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.auth.ratelimit import RateLimiter
+from app.errors import RateLimited
+
+
+class Ticks:
+    """A monotonic clock that moves only when told."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_take_spends_the_burst_then_refuses_with_the_wait() -> None:
+    ticks = Ticks()
+    limiter = RateLimiter(0.1, 3, what="sign-ins from this address", monotonic=ticks)
+    for _ in range(3):
+        limiter.take("10.0.0.1")
+    with pytest.raises(RateLimited) as refused:
+        limiter.take("10.0.0.1")
+    assert refused.value.retry_after == 10  # one token at 0.1 a second
+    assert "sign-ins from this address" in refused.value.detail
+    limiter.take("10.0.0.2")  # another caller has its own bucket
+    ticks.now += 10
+    limiter.take("10.0.0.1")
+
+
+def test_check_refuses_an_empty_bucket_without_spending() -> None:
+    ticks = Ticks()
+    limiter = RateLimiter(1.0, 2, monotonic=ticks)
+    for _ in range(5):
+        limiter.check("a")  # a full bucket: nothing spent
+    limiter.take("a")
+    limiter.take("a")
+    with pytest.raises(RateLimited):
+        limiter.check("a")
+    ticks.now += 1
+    limiter.check("a")
+    limiter.take("a")
+
+
+def test_a_rate_of_zero_never_refuses() -> None:
+    limiter = RateLimiter(0, 1)
+    for _ in range(10):
+        limiter.check("a")
+        limiter.take("a")
+
+
+def test_it_remembers_at_most_max_callers() -> None:
+    ticks = Ticks()
+    limiter = RateLimiter(0.001, 2, max_callers=10, monotonic=ticks)
+    for n in range(50):
+        limiter.take(f"10.0.0.{n}")
+        ticks.now += 0.01
+    assert len(limiter._buckets) <= 10
+    # The newest callers are still remembered: their next failure counts.
+    limiter.take("10.0.0.49")
+    with pytest.raises(RateLimited):
+        limiter.take("10.0.0.49")
