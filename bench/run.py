@@ -49,7 +49,7 @@ from app.db.migrate import upgrade  # noqa: E402
 from app.db.pool import Database  # noqa: E402
 from app.services import build_services  # noqa: E402
 from app.settings import DatabaseSettings, Settings  # noqa: E402
-from bench import event_streams, floors, paths  # noqa: E402
+from bench import event_streams, floors, paths, profile  # noqa: E402
 from bench.paths import HttpPath, Number, Pick, Unique  # noqa: E402
 from bench.serve import free_port, spawn  # noqa: E402
 from tests import dbutil  # noqa: E402
@@ -349,6 +349,43 @@ def capture_floors(
         pickle.dumps({slugs[n]: p for n, p in plans.items() if not isinstance(p, str)})
     )
     return plans
+
+
+def profile_writes(
+    url: str,
+    sb: Server,
+    routes: dict[str, HttpPath],
+    mode: Mode,
+    tmp: Path,
+    key: str,
+    started: datetime,
+) -> dict[str, Any]:
+    """py-spy on the server while wrk (16 connections) drives each write path, after the
+    measurements (a profile never overlaps a measured window). The collapsed stacks go to
+    bench/profiles/ (not committed), the top five costs into the results."""
+    if not profile.available():
+        return {"unavailable": "py-spy is missing: pip install -e '.[bench]'"}
+    directory = ROOT / "bench" / "profiles"
+    directory.mkdir(exist_ok=True)
+    slugs = paths.slugs(routes)
+    out: dict[str, Any] = {}
+    for name, route in routes.items():
+        if route.method == "GET":
+            continue
+        script = route.lua(tmp, f"{slugs[name]}-profile", key)
+        collapsed = directory / f"{started:%Y-%m-%dT%H-%M}-{slugs[name]}.txt"
+        settle(url)
+        load = WrkUntilStopped(sb.port, "/", 16, script)
+        try:
+            profile.record(sb.proc.pid, max(mode.window_s, 5), collapsed)
+        finally:
+            figures = load.stop()
+        out[name] = {
+            **profile.top_costs(collapsed),
+            "rps while sampled": figures["rps"],
+            "file": str(collapsed.relative_to(ROOT)),
+        }
+    return out
 
 
 def http_paths(
@@ -697,6 +734,14 @@ def http_tables(http: dict[str, Any]) -> list[str]:
             )
         lines += ["", f"Server RSS after the run: {rows['rss_mib']} MiB", ""]
         lines += own_floor_table(conns, rows)
+    for name, top in http.get("profiles", {}).items():
+        if not isinstance(top, dict):
+            continue
+        lines += [f"**CPU profile, {name}** ({top['samples']} samples, {top['file']})", ""]
+        lines += ["| self % | function | inclusive % | frame |", "|---|---|---|---|"]
+        for own, incl in zip(top["self %"], top["inclusive %"], strict=False):
+            lines.append(f"| {own[1]} | {own[0]} | {incl[1]} | {incl[0]} |")
+        lines.append("")
     return lines
 
 
@@ -774,6 +819,11 @@ def main() -> None:
         action="append",
         help="with --only http: measure only the paths whose name contains this (repeatable)",
     )
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="with http: py-spy profiles of the write paths under load (bench/profiles/)",
+    )
     args = parser.parse_args()
     if args.path and args.only != ["http"]:
         parser.error("--path needs --only http")
@@ -838,6 +888,8 @@ def run(
         measured["own floor plans"] = {
             name: plan if isinstance(plan, str) else plan.describe() for name, plan in plans.items()
         }
+        if args.profile:
+            measured["profiles"] = profile_writes(url, sb, routes, mode, tmp, key, started)
         return measured
 
     measures: dict[str, Callable[[], Any]] = {
