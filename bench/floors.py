@@ -56,7 +56,7 @@ class Call:
     kwargs: dict[str, Any]
     connection: int  # which connection (an id within one capture)
     at: datetime  # when it was sent: fresh timestamps keep their offset from it
-    rows: list[dict[str, Any]] = field(default_factory=list)
+    rows: list[dict[Any, Any]] = field(default_factory=list)  # fetchval: column None
     status: str | None = None  # ``execute``'s command tag
     raised: str | None = None  # the exception's class, if the call failed
 
@@ -85,7 +85,7 @@ def plain(value: Any) -> Any:
     return value
 
 
-def rows_of(method: str, result: Any) -> list[dict[str, Any]]:
+def rows_of(method: str, result: Any) -> list[dict[Any, Any]]:
     """A call's result as rows of columns (``fetchval``'s value is column ``None``)."""
     if method in ("fetch", "fetchmany"):
         return [plain(r) for r in result]

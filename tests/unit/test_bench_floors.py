@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import floors
+from bench import floors, profile
 from bench.paths import HttpPath, Number, Pick, Unique
 
 AT = datetime(2026, 11, 25, 3, 0, tzinfo=UTC)
@@ -153,3 +153,24 @@ def test_a_path_renders_its_wrk_scripts_and_requests_from_one_entry(tmp_path: Pa
     assert (method, url) == ("PATCH", f"/v1/sessions/{a['session']}")
     assert headers == {"Idempotency-Key": a["key"]}
     assert body == '{"a": {"b": ' + a["n"] + "}}"
+
+
+def test_profile_top_costs_count_self_and_inclusive_time_below_the_server(
+    tmp_path: Path,
+) -> None:
+    collapsed = tmp_path / "stacks.txt"
+    root = "<module> (bench/serve.py:87);run (/x/lib/python3.11/asyncio/runners.py:118)"
+    handle = "handle (/r/app/sessions/service.py:10)"
+    collapsed.write_text(
+        f"{root};{handle};encode (/v/site-packages/msgspec/x.py:3) 6\n"
+        f"{root};{handle} 2\n"
+        f"{root};_execute (/v/site-packages/asyncpg/connection.py:9) 2\n"
+    )
+    top = profile.top_costs(collapsed, n=2)
+    assert top["samples"] == 10
+    assert top["self %"] == [
+        ["encode (msgspec/x.py)", 60.0],
+        ["handle (app/sessions/service.py)", 20.0],
+    ]
+    assert top["inclusive %"][0] == ["handle (app/sessions/service.py)", 80.0]
+    assert all("serve.py" not in name for name, _ in top["inclusive %"])
