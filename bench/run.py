@@ -377,7 +377,7 @@ def profile_writes(
         settle(url)
         load = WrkUntilStopped(sb.port, "/", 16, script)
         try:
-            profile.record(sb.proc.pid, max(mode.window_s, 5), collapsed)
+            profile.record(sb.proc.pid, max(mode.window_s, 10), collapsed)
         finally:
             figures = load.stop()
         out[name] = {
@@ -738,8 +738,8 @@ def http_tables(http: dict[str, Any]) -> list[str]:
         if not isinstance(top, dict):
             continue
         lines += [f"**CPU profile, {name}** ({top['samples']} samples, {top['file']})", ""]
-        lines += ["| self % | function | inclusive % | frame |", "|---|---|---|---|"]
-        for own, incl in zip(top["self %"], top["inclusive %"], strict=False):
+        lines += ["| self % | function | self % | component |", "|---|---|---|---|"]
+        for own, incl in zip(top["self %"], top["components %"], strict=False):
             lines.append(f"| {own[1]} | {own[0]} | {incl[1]} | {incl[0]} |")
         lines.append("")
     return lines
@@ -847,6 +847,11 @@ def main() -> None:
                 "SWITCHBOARD_DATABASE_URL": url,
                 "SWITCHBOARD_ADMIN_KEY": ADMIN,
                 "SWITCHBOARD_RATE_LIMIT_PER_SECOND": "0",
+                # The messages row measures the fallback path: with the shipped limits its
+                # 400 sessions escalate after a few fallbacks in a row and every later
+                # message is a 409, which is not what the row names.
+                "SWITCHBOARD_COORDINATION_MAX_STEP_RETRIES": "1000",
+                "SWITCHBOARD_COORDINATION_MAX_CONSECUTIVE_FALLBACKS": "1000",
             }
             sb = Server("switchboard", env)
             ceiling = Server(
