@@ -1,6 +1,6 @@
 """Switchboard benchmarks: every figure next to its ceiling, measured in the same run.
 
-    make bench-quick   # under two minutes: 16 connections, 3 s windows, 30k-row sweeps,
+    make bench-quick   # under three minutes: 16 connections, 3 s windows, 30k-row sweeps,
                        # growth 10k/100k rows; a check, not a record
     make bench         # full: 16 and 64 connections, 1M-row sweeps, growth to 10M rows
 
@@ -9,6 +9,11 @@ shows it). Needs wrk (Debian: apt-get install wrk). Uses SWITCHBOARD_BENCH_DATAB
 else SWITCHBOARD_TEST_DATABASE_URL, else the embedded PostgreSQL; it creates and drops a
 database of its own. The server under test and the ceiling are both pinned to CPU 0, wrk to
 CPU 1, so ratios compare like with like on this 2-core machine.
+
+Every HTTP path is also measured against its own floor: its SQL, captured from the real
+path at the start of the HTTP part and replayed by the bare app (bench/floors.py,
+bench/paths.py). A new path is one ``HttpPath`` entry in ``http_scripts``. ``--profile``
+adds py-spy profiles of the write paths (bench/profile.py).
 """
 
 from __future__ import annotations
