@@ -235,6 +235,18 @@ class FromResult:
 
 
 @dataclass(frozen=True, slots=True)
+class Appended:
+    """A list an earlier statement returned, with items added at its end (a session's
+    agent sequence with this request's execution): grows as the real one does."""
+
+    source: FromResult
+    tail: tuple[Any, ...]
+
+    def value(self, values: Mapping[str, str], results: Sequence[Any]) -> Any:
+        return [*self.source.value(values, results), *self.tail]
+
+
+@dataclass(frozen=True, slots=True)
 class Template:
     """A constant with request values inside it: at each ``places`` (a path of keys and
     indexes into the constant), the leaf is the value, or a text holding it."""
@@ -282,7 +294,7 @@ class Fresh:
         return self.sample
 
 
-Binding = Var | FromResult | Template | Const | Fresh
+Binding = Var | FromResult | Appended | Template | Const | Fresh
 
 
 @dataclass(frozen=True, slots=True)
@@ -360,6 +372,30 @@ def _result_places(value: Any, earlier: Sequence[Call]) -> list[tuple[int, int |
     return places
 
 
+def _appended(
+    va: Any, vb: Any, earlier_a: Sequence[Call], earlier_b: Sequence[Call]
+) -> Appended | None:
+    """``va`` (and ``vb`` in the other capture) as a list an earlier statement's first row
+    returned, with items after it."""
+    if not (isinstance(va, list) and isinstance(vb, list)):
+        return None
+    for index, (a, b) in enumerate(zip(earlier_a, earlier_b, strict=True)):
+        if a.control or not a.rows or not b.rows:
+            continue
+        for column, ra in a.rows[0].items():
+            rb = b.rows[0].get(column)
+            if (
+                isinstance(ra, list)
+                and isinstance(rb, list)
+                and len(va) > len(ra)
+                and va[: len(ra)] == ra
+                and len(vb) > len(rb)
+                and vb[: len(rb)] == rb
+            ):
+                return Appended(FromResult(index, a.method, 0, column), tuple(va[len(ra) :]))
+    return None
+
+
 def _var_places(
     value: Any, values: Mapping[str, str], path: tuple[Any, ...] = ()
 ) -> list[tuple[tuple[Any, ...], str, str, str]]:
@@ -418,6 +454,9 @@ def _bind(
     for step, row, column in _result_places(va, capture_a[:index]):
         if (step, row, column) in in_b:
             return FromResult(step, capture_a[step].method, row, column)
+    appended = _appended(va, vb, capture_a[:index], capture_b[:index])
+    if appended is not None:
+        return appended
     places = _var_places(va, values_a)
     if places:
         return Template(va, tuple(places))

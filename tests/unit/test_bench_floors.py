@@ -173,3 +173,19 @@ def test_profile_top_costs_count_self_time_by_function_and_by_component(
         ["handle (app/sessions/service.py)", 20.0],
     ]
     assert top["components %"] == [["msgspec", 60.0], ["app/sessions", 20.0]]
+
+
+def test_a_list_that_grows_what_was_read_keeps_growing_at_replay() -> None:
+    def run(sequence: list[str], added: str) -> list[floors.Call]:
+        return [
+            call("SELECT", rows=[{"agent_sequence": sequence}]),
+            call("UPDATE", [*sequence, added]),
+        ]
+
+    plan = floors.build_plan(run(["a", "b"], "c1"), run(["x"], "c2"), {}, {})
+    (binding,) = plan.steps[1].args
+    assert binding == floors.Appended(
+        floors.FromResult(0, "fetchrow", 0, "agent_sequence"), ("c1",)
+    )
+    read_now = {"agent_sequence": ["p", "q", "r"]}
+    assert binding.value({}, [read_now, None]) == ["p", "q", "r", "c1"]
