@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextvars
 import os
 import pickle
+import re
 import secrets
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping, Sequence
@@ -162,7 +163,8 @@ def install_capture(app: Any, directory: str) -> Any:
         tag = None
         if scope["type"] == "http":
             for key, value in scope["headers"]:
-                if key == CAPTURE_HEADER.encode():
+                # The tag names a file: letters, digits, '-' and '_' only.
+                if key == CAPTURE_HEADER.encode() and re.fullmatch(rb"[\w-]{1,64}", value):
                     tag = value.decode()
         if tag is None:
             await app(scope, receive, send)
