@@ -14,7 +14,7 @@ help:
 	@echo "make test    run the whole test suite against a real PostgreSQL"
 	@echo "make lint    ruff (lint + format check) and mypy --strict"
 	@echo "make migrate apply migrations to SWITCHBOARD_DATABASE_URL (or the embedded server)"
-	@echo "make bench   benchmarks against their ceilings (bench-quick: under 2 minutes)"
+	@echo "make bench   benchmarks against their ceilings (bench-quick: under 3 minutes)"
 	@echo "make drills  fault drills (own embedded PostgreSQL, bounded, 127.0.0.1 only)"
 	@echo "make n8n-e2e the n8n workflows and nodes in a real n8n (npm installs it once into ~/.cache/switchboard)"
 	@echo "make n8n-nodes the n8n node package: npm ci, build, lint, tests against a live Switchboard"

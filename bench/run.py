@@ -1,6 +1,6 @@
 """Switchboard benchmarks: every figure next to its ceiling, measured in the same run.
 
-    make bench-quick   # under two minutes: 16 connections, 3 s windows, 30k-row sweeps,
+    make bench-quick   # under three minutes: 16 connections, 3 s windows, 30k-row sweeps,
                        # growth 10k/100k rows; a check, not a record
     make bench         # full: 16 and 64 connections, 1M-row sweeps, growth to 10M rows
 
@@ -9,6 +9,11 @@ shows it). Needs wrk (Debian: apt-get install wrk). Uses SWITCHBOARD_BENCH_DATAB
 else SWITCHBOARD_TEST_DATABASE_URL, else the embedded PostgreSQL; it creates and drops a
 database of its own. The server under test and the ceiling are both pinned to CPU 0, wrk to
 CPU 1, so ratios compare like with like on this 2-core machine.
+
+Every HTTP path is also measured against its own floor: its SQL, captured from the real
+path at the start of the HTTP part and replayed by the bare app (bench/floors.py,
+bench/paths.py). A new path is one ``HttpPath`` entry in ``http_scripts``. ``--profile``
+adds py-spy profiles of the write paths (bench/profile.py).
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import asyncio
 import contextlib
 import json
 import os
+import pickle
 import platform
 import re
 import shutil
@@ -48,7 +54,8 @@ from app.db.migrate import upgrade  # noqa: E402
 from app.db.pool import Database  # noqa: E402
 from app.services import build_services  # noqa: E402
 from app.settings import DatabaseSettings, Settings  # noqa: E402
-from bench import event_streams, workers  # noqa: E402
+from bench import event_streams, floors, paths, profile, workers  # noqa: E402
+from bench.paths import HttpPath, Number, Pick, Unique  # noqa: E402
 from bench.serve import free_port, spawn  # noqa: E402
 from tests import dbutil  # noqa: E402
 
@@ -254,69 +261,51 @@ async def seed_expired(conn: asyncpg.Connection, n: int) -> None:
 # -- the measurements ---------------------------------------------------------------------
 
 
-def http_scripts(seed: dict[str, list[str]], tmp: Path, key: str) -> dict[str, Path]:
-    """One wrk script per measured path, keyed by the name the results use."""
-    sessions, mem_sessions, users = seed["sessions"], seed["memory_sessions"], seed["users"]
+def http_scripts(seed: dict[str, list[str]]) -> dict[str, HttpPath]:
+    """Every measured path, keyed by the name the results use. Each entry also gives the
+    path its own floor (bench/paths.py): its SQL is captured and replayed as it is."""
+    sessions = Pick("session", tuple(seed["sessions"]))
+    memory_sessions = Pick("session", tuple(seed["memory_sessions"]))
+    users = Pick("user", tuple(seed["users"]))
     one_kib = "x" * 1000
-    scripts = {
-        "GET /v1/sessions/{id}": lua(
-            "get_session",
-            lua_list("ids", sessions)
-            + 'request = function() return wrk.format("GET", "/v1/sessions/" .. ids[math.random(#ids)]) end\n',
-            tmp,
-            key,
+    return {
+        "GET /v1/sessions/{id}": HttpPath("GET", "/v1/sessions/${session}", (sessions,)),
+        "PATCH /v1/sessions/{id}": HttpPath(
+            "PATCH",
+            "/v1/sessions/${session}",
+            (sessions, Number("n", 1_000_000)),
+            '{"session_state": {"agent_outputs": {"bench": ${n}}}}',
+            {"If-Match": "*"},
         ),
-        "PATCH /v1/sessions/{id}": lua(
-            "patch_session",
-            lua_list("ids", sessions) + 'wrk.headers["If-Match"] = "*"\n'
-            'request = function() return wrk.format("PATCH", "/v1/sessions/" .. ids[math.random(#ids)], nil,'
-            ' \'{"session_state": {"agent_outputs": {"bench": \' .. math.random(1000000) .. \'}}}\') end\n',
-            tmp,
-            key,
-        ),
-        "POST /v1/memories (1 KiB)": lua(
-            "post_memory",
-            lua_list("users", users)
-            + 'request = function() return wrk.format("POST", "/v1/memories", nil,'
-            ' \'{"user_id": "\' .. users[math.random(#users)] .. \'", "memory_type": "orchestrator", "content": {"text": "'
+        "POST /v1/memories (1 KiB)": HttpPath(
+            "POST",
+            "/v1/memories",
+            (users,),
+            '{"user_id": "${user}", "memory_type": "orchestrator", "content": {"text": "'
             + one_kib
-            + "\"}}') end\n",
-            tmp,
-            key,
+            + '"}}',
         ),
-        "GET /v1/memories?session_id= (20 rows)": lua(
-            "list_memories",
-            lua_list("ids", mem_sessions)
-            + 'request = function() return wrk.format("GET", "/v1/memories?session_id=" .. ids[math.random(#ids)]) end\n',
-            tmp,
-            key,
+        "GET /v1/memories?session_id= (20 rows)": HttpPath(
+            "GET", "/v1/memories?session_id=${session}", (memory_sessions,)
         ),
-        "GET /v1/sessions/{id}/context": lua(
-            "context",
-            lua_list("ids", mem_sessions)
-            + 'request = function() return wrk.format("GET", "/v1/sessions/" .. ids[math.random(#ids)] .. "/context") end\n',
-            tmp,
-            key,
+        "GET /v1/sessions/{id}/context": HttpPath(
+            "GET", "/v1/sessions/${session}/context", (memory_sessions,)
         ),
-        "POST /v1/sessions/{id}/messages (breaker open)": lua(
-            "message",
-            lua_list("ids", seed["message_sessions"])
-            + 'request = function() return wrk.format("POST", "/v1/sessions/" .. ids[math.random(#ids)] .. "/messages", nil,'
-            ' \'{"text": "what is compound interest"}\') end\n',
-            tmp,
-            key,
+        "POST /v1/sessions/{id}/messages (breaker open)": HttpPath(
+            "POST",
+            "/v1/sessions/${session}/messages",
+            (Pick("session", tuple(seed["message_sessions"])),),
+            '{"text": "what is compound interest"}',
         ),
-        "POST /webhooks/n8n/memory (idempotent)": lua(
-            "webhook_memory",
-            lua_list("users", users) + "counter = 0\n"
-            "request = function() counter = counter + 1\n"
-            '  wrk.headers["Idempotency-Key"] = "k" .. counter .. "-" .. math.random(1000000000)\n'
-            '  return wrk.format("POST", "/webhooks/n8n/memory", nil, \'{"user_id": "\' .. users[math.random(#users)] .. \'", "agent_name": "Orchestrator_Agent", "memory_type": "orchestrator", "memory_content": {"n": 1}}\') end\n',
-            tmp,
-            key,
+        "POST /webhooks/n8n/memory (idempotent)": HttpPath(
+            "POST",
+            "/webhooks/n8n/memory",
+            (users, Unique("key", "k")),
+            '{"user_id": "${user}", "agent_name": "Orchestrator_Agent",'
+            ' "memory_type": "orchestrator", "memory_content": {"n": 1}}',
+            {"Idempotency-Key": "${key}"},
         ),
     }
-    return scripts
 
 
 FLOOR = "floor: one query, bare Litestar + asyncpg"
@@ -346,11 +335,70 @@ def settle(url: str) -> None:
     asyncio.run(run())
 
 
+def capture_floors(
+    url: str, env: dict[str, str], routes: dict[str, HttpPath], key: str, plans_file: Path
+) -> dict[str, floors.Plan | str]:
+    """Each path's own floor, from its real SQL: a capture server (bench/floors.py) runs one
+    warm-up and two recorded requests per path, the two become a replay plan, the plan is
+    replayed once with checks, and the plans go to ``plans_file`` for the ceiling server's
+    ``/own-floor/{slug}``. Captured at run time, so the floors follow the code."""
+    with tempfile.TemporaryDirectory() as directory:
+        capturer = Server("switchboard", {**env, floors.CAPTURE_ENV: directory})
+        try:
+            plans = paths.capture(capturer.port, routes, key, Path(directory))
+        finally:
+            capturer.stop()
+    asyncio.run(paths.verify(url, plans, routes))
+    slugs = paths.slugs(routes)
+    plans_file.write_bytes(
+        pickle.dumps({slugs[n]: p for n, p in plans.items() if not isinstance(p, str)})
+    )
+    return plans
+
+
+def profile_writes(
+    url: str,
+    sb: Server,
+    routes: dict[str, HttpPath],
+    mode: Mode,
+    tmp: Path,
+    key: str,
+    started: datetime,
+) -> dict[str, Any]:
+    """py-spy on the server while wrk (16 connections) drives each write path, after the
+    measurements (a profile never overlaps a measured window). The collapsed stacks go to
+    bench/profiles/ (not committed), the top five costs into the results."""
+    if not profile.available():
+        return {"unavailable": "py-spy is missing: pip install -e '.[bench]'"}
+    directory = ROOT / "bench" / "profiles"
+    directory.mkdir(exist_ok=True)
+    slugs = paths.slugs(routes)
+    out: dict[str, Any] = {}
+    for name, route in routes.items():
+        if route.method == "GET":
+            continue
+        script = route.lua(tmp, f"{slugs[name]}-profile", key)
+        collapsed = directory / f"{started:%Y-%m-%dT%H-%M}-{slugs[name]}.txt"
+        settle(url)
+        load = WrkUntilStopped(sb.port, "/", 16, script)
+        try:
+            profile.record(sb.proc.pid, max(mode.window_s, 10), collapsed)
+        finally:
+            figures = load.stop()
+        out[name] = {
+            **profile.top_costs(collapsed),
+            "rps while sampled": figures["rps"],
+            "file": str(collapsed.relative_to(ROOT)),
+        }
+    return out
+
+
 def http_paths(
     url: str,
     sb: Server,
     ceiling: Server,
-    scripts: dict[str, Path],
+    routes: dict[str, HttpPath],
+    plans: dict[str, floors.Plan | str],
     seed: dict[str, list[str]],
     mode: Mode,
     tmp: Path,
@@ -365,6 +413,7 @@ def http_paths(
         tmp,
         key,
     )
+    slugs = paths.slugs(routes)
     results: dict[str, Any] = {}
     for c in mode.connections:
         settle(url)
@@ -379,13 +428,31 @@ def http_paths(
             "ceiling POST": {**base_post, "ratio": 1.0},
             FLOOR: {**base_floor, "ratio": round(base_floor["rps"] / base_get["rps"], 3)},
         }
-        for name, script in scripts.items():
+        for name, route in routes.items():
+            script = route.lua(tmp, slugs[name], key)
             settle(url)
             wrk(sb.port, "/", c, warmup, script)
             measured = wrk(sb.port, "/", c, seconds, script)
             ceiling_rps = base_get["rps"] if name.startswith("GET") else base_post["rps"]
             measured["ratio"] = round(measured["rps"] / ceiling_rps, 3)
             measured["to_floor"] = round(measured["rps"] / base_floor["rps"], 3)
+            plan = plans.get(name, "not captured")
+            if not isinstance(plan, str):
+                # The path's own floor right after the path, same values, same window.
+                own = route.lua(tmp, f"{slugs[name]}-floor", key, floor=slugs[name])
+                settle(url)
+                wrk(ceiling.port, "/", c, warmup, own)
+                own_floor = wrk(ceiling.port, "/", c, seconds, own)
+                measured["own_floor"] = {
+                    **own_floor,
+                    "statements": plan.statements,
+                    "round_trips": plan.round_trips,
+                }
+                measured["ratio_to_own_floor"] = round(
+                    measured["rps"] / max(own_floor["rps"], 0.1), 3
+                )
+            else:
+                measured["own_floor"] = {"unavailable": plan}
             rows[name] = measured
         rows["rss_mib"] = {"switchboard": sb.rss_mib(), "ceiling": ceiling.rss_mib()}
         results[f"{c} connections"] = rows
@@ -691,26 +758,70 @@ async def _pg_version(url: str) -> str:
         await conn.close()
 
 
-def markdown(result: dict[str, Any]) -> str:
-    lines = [
-        f"Run {result['started_at']} ({result['mode']}); machine: {json.dumps(result['machine'])}",
-        "",
-    ]
-    for conns, rows in result["http"].items():
+def http_tables(http: dict[str, Any]) -> list[str]:
+    """The HTTP part's tables: paths against the ceiling, the floor and their own floors."""
+    lines: list[str] = []
+    for conns, rows in http.items():
+        if not conns.endswith("connections"):
+            continue
         lines += [
             f"**HTTP, {conns}**",
             "",
-            "| path | req/s | ratio to ceiling | ratio to floor | p50 ms | p99 ms | errors |",
-            "|---|---|---|---|---|---|---|",
+            "| path | req/s | ratio to ceiling | ratio to floor | ratio to own floor | p50 ms "
+            "| p99 ms | errors |",
+            "|---|---|---|---|---|---|---|---|",
         ]
         for name, row in rows.items():
             if name == "rss_mib":
                 continue
             lines.append(
                 f"| {name} | {row['rps']} | {row['ratio']} | {row.get('to_floor', '')} "
+                f"| {row.get('ratio_to_own_floor', '')} "
                 f"| {row['p50_ms']} | {row['p99_ms']} | {row['errors']} |"
             )
         lines += ["", f"Server RSS after the run: {rows['rss_mib']} MiB", ""]
+        lines += own_floor_table(conns, rows)
+    for name, top in http.get("profiles", {}).items():
+        if not isinstance(top, dict):
+            continue
+        lines += [f"**CPU profile, {name}** ({top['samples']} samples, {top['file']})", ""]
+        lines += ["| self % | function | self % | component |", "|---|---|---|---|"]
+        for own, incl in zip(top["self %"], top["components %"], strict=False):
+            lines.append(f"| {own[1]} | {own[0]} | {incl[1]} | {incl[0]} |")
+        lines.append("")
+    return lines
+
+
+def own_floor_table(conns: str, rows: dict[str, Any]) -> list[str]:
+    """Each path's own floor (its captured SQL replayed by the bare app) next to it."""
+    lines = [
+        f"**Own floors, {conns}** (the path's SQL replayed by bare Litestar + asyncpg)",
+        "",
+        "| path | statements / round trips | own floor req/s | p50 ms | p99 ms | errors "
+        "| path req/s | ratio to own floor |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for name, row in rows.items():
+        own = row.get("own_floor") if isinstance(row, dict) else None
+        if own is None:
+            continue
+        if "unavailable" in own:
+            lines.append(f"| {name} | {own['unavailable']} | | | | | {row['rps']} | |")
+            continue
+        lines.append(
+            f"| {name} | {own['statements']} / {own['round_trips']} | {own['rps']} "
+            f"| {own['p50_ms']} | {own['p99_ms']} | {own['errors']} | {row['rps']} "
+            f"| {row['ratio_to_own_floor']} |"
+        )
+    return [*lines, ""]
+
+
+def markdown(result: dict[str, Any]) -> str:
+    lines = [
+        f"Run {result['started_at']} ({result['mode']}); machine: {json.dumps(result['machine'])}",
+        "",
+    ]
+    lines += http_tables(result["http"])
     lines += ["**Database ceiling**", "", "| measure | value |", "|---|---|"]
     lines += [f"| {k} | {v} |" for k, v in result["database"].items()]
     lines += ["", "**CPU paths**", "", "| measure | value |", "|---|---|"]
@@ -755,6 +866,11 @@ def main() -> None:
         action="append",
         help="with --only http: measure only the paths whose name contains this (repeatable)",
     )
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="with http: py-spy profiles of the write paths under load (bench/profiles/)",
+    )
     args = parser.parse_args()
     if args.path and args.only != ["http"]:
         parser.error("--path needs --only http")
@@ -767,97 +883,127 @@ def main() -> None:
     url = dbutil.with_database(server, name)
     started = datetime.now(UTC)
     sb = ceiling = None
-    try:
-        upgrade(url)
-        seed = asyncio.run(_seed(url))
-        # The benchmark is one key sending thousands of requests a second: no rate limit.
-        env = {
-            "SWITCHBOARD_DATABASE_URL": url,
-            "SWITCHBOARD_ADMIN_KEY": ADMIN,
-            "SWITCHBOARD_RATE_LIMIT_PER_SECOND": "0",
+    with tempfile.TemporaryDirectory() as tmp_dir:
+        tmp = Path(tmp_dir)
+        plans_file = tmp / "floors.pickle"
+        try:
+            upgrade(url)
+            seed = asyncio.run(_seed(url))
+            # The benchmark is one key sending thousands of requests a second: no rate limit.
+            env = {
+                "SWITCHBOARD_DATABASE_URL": url,
+                "SWITCHBOARD_ADMIN_KEY": ADMIN,
+                "SWITCHBOARD_RATE_LIMIT_PER_SECOND": "0",
+                # The messages row measures the fallback path: with the shipped limits its
+                # 400 sessions escalate after a few fallbacks in a row and every later
+                # message is a 409, which is not what the row names.
+                "SWITCHBOARD_COORDINATION_MAX_STEP_RETRIES": "1000",
+                "SWITCHBOARD_COORDINATION_MAX_CONSECUTIVE_FALLBACKS": "1000",
+            }
+            sb = Server("switchboard", env)
+            ceiling = Server(
+                "ceiling", {"CEILING_DATABASE_URL": url, "CEILING_FLOOR_PLANS": str(plans_file)}
+            )
+            key = _prepare_client(sb.port)
+            routes = {
+                name: route
+                for name, route in http_scripts(seed).items()
+                if not args.path or any(p in name for p in args.path)
+            }
+            run(args, mode, url, env, sb, ceiling, routes, plans_file, seed, tmp, key, started)
+        finally:
+            for s in (sb, ceiling):
+                if s is not None:
+                    s.stop()
+            asyncio.run(dbutil.drop_database(server, name))
+
+
+def run(
+    args: argparse.Namespace,
+    mode: Mode,
+    url: str,
+    env: dict[str, str],
+    sb: Server,
+    ceiling: Server,
+    routes: dict[str, HttpPath],
+    plans_file: Path,
+    seed: dict[str, list[str]],
+    tmp: Path,
+    key: str,
+    started: datetime,
+) -> None:
+    """The chosen parts of a run; a whole run is written to bench/results."""
+
+    def http() -> dict[str, Any]:
+        plans = capture_floors(url, env, routes, key, plans_file)
+        measured = http_paths(url, sb, ceiling, routes, plans, seed, mode, tmp, key)
+        measured["own floor plans"] = {
+            name: plan if isinstance(plan, str) else plan.describe() for name, plan in plans.items()
         }
-        sb, ceiling = Server("switchboard", env), Server("ceiling", {"CEILING_DATABASE_URL": url})
-        key = _prepare_client(sb.port)
-        with tempfile.TemporaryDirectory() as tmp_dir:
-            tmp = Path(tmp_dir)
-            measures: dict[str, Callable[[], Any]] = {
-                "http": lambda: http_paths(
-                    url,
-                    sb,
-                    ceiling,
-                    {
-                        name: script
-                        for name, script in http_scripts(seed, tmp, key).items()
-                        if not args.path or any(p in name for p in args.path)
-                    },
-                    seed,
-                    mode,
-                    tmp,
-                    key,
-                ),
-                "database": lambda: asyncio.run(database_ceiling(url, seed, mode.database_s)),
-                "cpu": lambda: asyncio.run(cpu_paths(url)),
-                "cleanup": lambda: asyncio.run(cleanup_at_scale(url, mode, sb, tmp, seed, key)),
-                "growth": lambda: asyncio.run(growth(url, mode, sb, tmp, key)),
-                # 1,000 SSE streams on one worker while session writes go on (its own
-                # server process: it needs the per-key stream limit raised).
-                "streams": lambda: event_streams.measure(
-                    url, 1000 if mode is FULL else 200, mode.window_s, 50
-                ),
-                # 1 and 2 worker processes, and the ceiling and floor served the same way.
-                "workers": lambda: workers.measure(
-                    url,
-                    env,
-                    {
-                        name: script
-                        for name, script in http_scripts(seed, tmp, key).items()
-                        if name in ("GET /v1/sessions/{id}", "POST /v1/memories (1 KiB)")
-                    },
-                    lua(
-                        "floor",
-                        lua_list("ids", seed["sessions"])
-                        + 'request = function() return wrk.format("GET", "/one-query/" .. ids[math.random(#ids)]) end\n',
-                        tmp,
-                        key,
-                    ),
-                    mode.connections[0],
-                    mode.warmup_s,
-                    mode.window_s,
-                    wrk,
-                    settle,
-                ),
-            }
-            result: dict[str, Any] = {
-                "started_at": started.isoformat(timespec="seconds"),
-                "mode": mode.name,
-                "settings": asdict(mode),
-                "machine": machine(url),
-            }
-            for part in args.only or list(measures):
-                result[part] = measures[part]()
-        if args.only:
-            # A partial run is for finding bottlenecks; only whole runs are recorded.
-            print(json.dumps(result, indent=2))
-            return
-        db = result["database"]
-        http16 = result["http"]["16 connections"]
-        db["switchboard GET session / raw select"] = round(
-            http16["GET /v1/sessions/{id}"]["rps"] / db["raw selects/s"], 3
-        )
-        db["switchboard POST memory / raw insert"] = round(
-            http16["POST /v1/memories (1 KiB)"]["rps"] / db["raw inserts/s"], 3
-        )
-        out = (
-            ROOT / "bench" / "results" / f"{started:%Y-%m-%d}{'-quick' if args.quick else ''}.json"
-        )
-        out.write_text(json.dumps(result, indent=2) + "\n")
-        print(markdown(result))
-        print(f"\nwritten: {out.relative_to(ROOT)}")
-    finally:
-        for s in (sb, ceiling):
-            if s is not None:
-                s.stop()
-        asyncio.run(dbutil.drop_database(server, name))
+        if args.profile:
+            measured["profiles"] = profile_writes(url, sb, routes, mode, tmp, key, started)
+        return measured
+
+    measures: dict[str, Callable[[], Any]] = {
+        "http": http,
+        "database": lambda: asyncio.run(database_ceiling(url, seed, mode.database_s)),
+        "cpu": lambda: asyncio.run(cpu_paths(url)),
+        "cleanup": lambda: asyncio.run(cleanup_at_scale(url, mode, sb, tmp, seed, key)),
+        "growth": lambda: asyncio.run(growth(url, mode, sb, tmp, key)),
+        # 1,000 SSE streams on one worker while session writes go on (its own
+        # server process: it needs the per-key stream limit raised).
+        "streams": lambda: event_streams.measure(
+            url, 1000 if mode is FULL else 200, mode.window_s, 50
+        ),
+        # 1 and 2 worker processes, and the ceiling and floor served the same way.
+        "workers": lambda: workers.measure(
+            url,
+            env,
+            {
+                name: http_scripts(seed)[name].lua(tmp, f"{slug}-workers", key)
+                for name, slug in paths.slugs(http_scripts(seed)).items()
+                if name in ("GET /v1/sessions/{id}", "POST /v1/memories (1 KiB)")
+            },
+            lua(
+                "floor",
+                lua_list("ids", seed["sessions"])
+                + 'request = function() return wrk.format("GET", "/one-query/" .. ids[math.random(#ids)]) end\n',
+                tmp,
+                key,
+            ),
+            mode.connections[0],
+            mode.warmup_s,
+            mode.window_s,
+            wrk,
+            settle,
+        ),
+    }
+    result: dict[str, Any] = {
+        "started_at": started.isoformat(timespec="seconds"),
+        "mode": mode.name,
+        "settings": asdict(mode),
+        "machine": machine(url),
+    }
+    for part in args.only or list(measures):
+        result[part] = measures[part]()
+    if args.only:
+        # A partial run is for finding bottlenecks; only whole runs are recorded.
+        print(json.dumps(result, indent=2))
+        if "http" in result:
+            print("\n".join(http_tables(result["http"])))
+        return
+    db = result["database"]
+    http16 = result["http"]["16 connections"]
+    db["switchboard GET session / raw select"] = round(
+        http16["GET /v1/sessions/{id}"]["rps"] / db["raw selects/s"], 3
+    )
+    db["switchboard POST memory / raw insert"] = round(
+        http16["POST /v1/memories (1 KiB)"]["rps"] / db["raw inserts/s"], 3
+    )
+    out = ROOT / "bench" / "results" / f"{started:%Y-%m-%d}{'-quick' if args.quick else ''}.json"
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    print(markdown(result))
+    print(f"\nwritten: {out.relative_to(ROOT)}")
 
 
 async def _seed(url: str) -> dict[str, list[str]]:

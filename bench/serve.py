@@ -87,6 +87,12 @@ def main() -> None:
                 admin_key=os.environ["SWITCHBOARD_ADMIN_KEY"],
                 run_scheduler=False,
             )
+            capture = os.environ.get("SWITCHBOARD_BENCH_CAPTURE")
+            if capture:
+                # A capture server (bench/floors.py): never the one that is measured.
+                from bench.floors import install_capture
+
+                app = install_capture(app, capture)
         config = uvicorn_config(app, settings.server, host="127.0.0.1", port=port)
         return run(config, sock, listening)
 
