@@ -48,7 +48,7 @@ from app.db.migrate import upgrade  # noqa: E402
 from app.db.pool import Database  # noqa: E402
 from app.services import build_services  # noqa: E402
 from app.settings import DatabaseSettings, Settings  # noqa: E402
-from bench import event_streams  # noqa: E402
+from bench import event_streams, new_paths, wrk_scripts  # noqa: E402
 from bench.serve import free_port, spawn  # noqa: E402
 from tests import dbutil  # noqa: E402
 
@@ -147,6 +147,7 @@ def parse_wrk(out: str) -> dict[str, Any]:
         "p50_ms": latency("50"),
         "p99_ms": latency("99"),
         "errors": errors,
+        **wrk_scripts.parse(out),  # answers by kind, for a script that counts them
     }
 
 
@@ -669,6 +670,7 @@ def markdown(result: dict[str, Any]) -> str:
                 f"| {row['p50_ms']} | {row['p99_ms']} | {row['errors']} |"
             )
         lines += ["", f"Server RSS after the run: {rows['rss_mib']} MiB", ""]
+    lines += new_paths.markdown(result)
     lines += ["**Database ceiling**", "", "| measure | value |", "|---|---|"]
     lines += [f"| {k} | {v} |" for k, v in result["database"].items()]
     lines += ["", "**CPU paths**", "", "| measure | value |", "|---|---|"]
@@ -705,7 +707,7 @@ def main() -> None:
     parser.add_argument(
         "--only",
         action="append",
-        choices=["http", "database", "cpu", "cleanup", "growth", "streams"],
+        choices=["http", "database", "cpu", "cleanup", "growth", "streams", "outbox"],
         help="run only this part (repeatable); printed, not written to bench/results",
     )
     parser.add_argument(
@@ -724,7 +726,7 @@ def main() -> None:
     asyncio.run(dbutil.create_database(server, name))
     url = dbutil.with_database(server, name)
     started = datetime.now(UTC)
-    sb = ceiling = None
+    sb = ceiling = paths = None
     try:
         upgrade(url)
         seed = asyncio.run(_seed(url))
@@ -733,9 +735,12 @@ def main() -> None:
             "SWITCHBOARD_DATABASE_URL": url,
             "SWITCHBOARD_ADMIN_KEY": ADMIN,
             "SWITCHBOARD_RATE_LIMIT_PER_SECOND": "0",
+            **new_paths.ENV,
         }
+        paths = new_paths.NewPaths()  # the fast agent, before the server that calls it
         sb, ceiling = Server("switchboard", env), Server("ceiling", {"CEILING_DATABASE_URL": url})
         key = _prepare_client(sb.port)
+        paths.prepare(url, sb.port, ADMIN)
         with tempfile.TemporaryDirectory() as tmp_dir:
             tmp = Path(tmp_dir)
             measures: dict[str, Callable[[], Any]] = {
@@ -745,7 +750,10 @@ def main() -> None:
                     ceiling,
                     {
                         name: script
-                        for name, script in http_scripts(seed, tmp, key).items()
+                        for name, script in {
+                            **http_scripts(seed, tmp, key),
+                            **paths.scripts(tmp, key),
+                        }.items()
                         if not args.path or any(p in name for p in args.path)
                     },
                     seed,
@@ -761,6 +769,16 @@ def main() -> None:
                 # server process: it needs the per-key stream limit raised).
                 "streams": lambda: event_streams.measure(
                     url, 1000 if mode is FULL else 200, mode.window_s, 50
+                ),
+                # PATCH session with and without its outbox event, alternating.
+                "outbox": lambda: paths.outbox(
+                    url,
+                    sb.port,
+                    lambda script, seconds: wrk(sb.port, "/", 16, seconds, script),
+                    tmp,
+                    key,
+                    3 if mode is FULL else 2,
+                    mode.window_s,
                 ),
             }
             result: dict[str, Any] = {
@@ -790,7 +808,7 @@ def main() -> None:
         print(markdown(result))
         print(f"\nwritten: {out.relative_to(ROOT)}")
     finally:
-        for s in (sb, ceiling):
+        for s in (sb, ceiling, paths):
             if s is not None:
                 s.stop()
         asyncio.run(dbutil.drop_database(server, name))
