@@ -80,6 +80,7 @@ class NewPaths:
                 self.sessions["outbox"],
                 self.sessions["quiet"][0],
                 script,
+                key,
                 rounds,
                 seconds,
             )

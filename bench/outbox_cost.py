@@ -79,16 +79,17 @@ async def measure(
     sessions: list[str],
     quiet_session: str,
     script_path: Path,
+    key: str,
     rounds: int,
     seconds: int,
 ) -> dict[str, Any]:
     """Alternate the variants ``rounds`` times each; ``window(script, seconds)`` is one wrk
-    run (a warm-up of 1 s comes first)."""
-    conn = await asyncpg.connect(url)
-    stream = event_streams.StreamClient(port, quiet_session, [])
-    await stream.open()  # the hub starts: it LISTENs and numbers every event from now on
+    run (a warm-up of 1 s comes first). The stream is opened with ``key``."""
     runs: dict[str, list[dict[str, Any]]] = {variant: [] for variant in SET_TRIGGER}
+    conn = await asyncpg.connect(url)
+    stream = event_streams.StreamClient(port, quiet_session, [], key)
     try:
+        await stream.open()  # the hub starts: it LISTENs and numbers every event from now on
         for variant in order(rounds):
             await conn.execute(SET_TRIGGER[variant])
             with contextlib.suppress(asyncpg.InsufficientPrivilegeError):
