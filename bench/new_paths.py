@@ -101,7 +101,7 @@ def markdown(result: dict[str, Any]) -> list[str]:
         if isinstance(row, dict) and "counts" in row
     ]
     if counted:
-        lines += ["**Answers by kind**", "", "| connections | path | answers |", "|---|---|---|"]
+        lines += ["**Answers by kind**", "", "| run | path | answers |", "|---|---|---|"]
         for conns, name, counts in counted:
             kinds = ", ".join(
                 f"{kind} {n} ({wrk_scripts.share(counts, kind)})"
