@@ -777,7 +777,7 @@ def main() -> None:
                     lambda script, seconds: wrk(sb.port, "/", 16, seconds, script),
                     tmp,
                     key,
-                    3 if mode is FULL else 2,
+                    4 if mode is FULL else 2,
                     mode.window_s,
                 ),
             }

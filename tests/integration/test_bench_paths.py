@@ -197,10 +197,19 @@ async def test_the_outbox_ab_writes_events_in_one_variant_only(
 def test_the_outbox_ab_alternates_and_prices_the_difference() -> None:
     a, b = "with events", "without events"
     assert outbox_cost.order(2) == [a, b, b, a]
-    cost = outbox_cost.cost({"rps": 500.0, "p50_ms": 12.0}, {"rps": 1000.0, "p50_ms": 10.5})
+    cost = outbox_cost.cost(
+        [{"rps": 500.0, "p50_ms": 12.0}, {"rps": 400.0, "p50_ms": 14.0}, {"rps": 1.0, "p50_ms": 9}],
+        [
+            {"rps": 1000.0, "p50_ms": 10.5},
+            {"rps": 500.0, "p50_ms": 13.0},
+            {"rps": 1.0, "p50_ms": 9},
+        ],
+    )
+    # Round by round, then the median: 1,000 µs, 500 µs and 0 µs added; 1.5, 1 and 0 ms.
     assert cost == {
-        "server µs per write added": 1000.0,
-        "p50 ms added": 1.5,
-        "req/s with / without": 0.5,
+        "server µs per write added": 500.0,
+        "p50 ms added": 1.0,
+        "req/s with / without": 0.8,
+        "req/s with / without, per round": [0.5, 0.8, 1.0],
     }
     assert wrk_scripts.share({}, "merged") is None
