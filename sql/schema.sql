@@ -1649,6 +1649,29 @@ AS $$
         WHERE s.session_id = sid AND s.status = 'escalated')
 $$;
 
+-- A session completed while escalated (a person closed it instead of resolving it): the
+-- tasks it held will never have a session to answer, so they are canceled in the same
+-- statement (the transition trigger records each and tells task.transition). Tasks already
+-- running when the session was escalated, and a dead letter's requeue, are left alone.
+CREATE FUNCTION session_completed_cancels_held() RETURNS trigger
+    LANGUAGE plpgsql
+AS $$
+BEGIN
+    UPDATE agent_tasks
+    SET status = 'canceled', finished_at = NEW.updated_at, status_actor = 'switchboard',
+        status_reason = 'its session was completed while escalated'
+    WHERE session_id = NEW.session_id AND status = 'submitted' AND lease_owner IS NULL
+      AND requeue_of IS NULL;
+    RETURN NULL;
+END
+$$;
+
+CREATE TRIGGER session_coordination_completed_escalated
+    AFTER UPDATE OF status ON session_coordination
+    FOR EACH ROW
+    WHEN (OLD.status = 'escalated' AND NEW.status = 'completed')
+    EXECUTE FUNCTION session_completed_cancels_held();
+
 -- Manual intervention: session `sid` marked escalated at `at` (a new version by `actor`,
 -- when it is active or idle), the decision that records why (outcome 'escalated', message
 -- `why`, the context in response.output_data, the next-step decision in next_step) and

@@ -88,7 +88,7 @@ def user_message(task: StoredTask) -> Message:
 def _answer(task: StoredTask) -> tuple[str, Any] | None:
     """The reply text and output data of a completed task, or the agent's question while
     the task waits for the user (input-required, auth-required)."""
-    if not (task.status == "completed" or task.interrupted) or task.result is None:
+    if not task.answered or task.result is None:
         return None
     result = {k: v for k, v in task.result.items() if k != REPAIRED_KEY}
     output = result.get("output_data", result)

@@ -110,7 +110,7 @@ def read_input(task: Task) -> TaskInput:
 def answer_of(task: Task) -> tuple[AgentResponse, RepairKind | None] | None:
     """The agent's answer a completed task holds (or, while it waits for input, the agent's
     question), and how its JSON was repaired."""
-    if not (task.status == "completed" or task.interrupted) or task.result is None:
+    if not task.answered or task.result is None:
         return None
     document = dict(task.result)
     document.pop(CONTINUE_KEY, None)

@@ -95,6 +95,12 @@ class Task:
         return self.status in INTERRUPTED_STATUSES
 
     @property
+    def answered(self) -> bool:
+        """True when the agent has answered (completed) or asked the user something
+        (input-required, auth-required): its result, when there is one, holds which."""
+        return self.status == "completed" or self.interrupted
+
+    @property
     def settled(self) -> bool:
         """True once nothing more happens without someone: terminal, or waiting for input."""
         return self.terminal or self.interrupted

@@ -26,7 +26,7 @@ from app.services import build_services
 from app.settings import CoordinationSettings, DatabaseSettings, Settings, TaskSettings
 from tests.agent_server import AgentServer
 from tests.conftest import ADMIN_KEY, LOOPBACK_ALLOWED
-from tests.integration.helpers import assert_problem, create_session, eventually
+from tests.integration.helpers import assert_problem, create_session, eventually, if_match
 
 PLAN = "Please make a plan for my savings"
 PLAN_AGENT = "Make_Plan_Agent"
@@ -337,6 +337,38 @@ async def test_nothing_runs_while_escalated_and_resolve_resumes(
     again = (await send(client, sid, QUESTION)).json()
     assert again["next_step"]["inputs"]["counters"]["consecutive_fallbacks"] == 1
     assert again["session_status"] == "active"
+
+
+@pytest.mark.parametrize("limits", [{"max_consecutive_fallbacks": 1}])
+async def test_completing_an_escalated_session_cancels_the_tasks_it_held(
+    client: httpx.AsyncClient, agent: AgentServer, limits: dict[str, Any]
+) -> None:
+    """A person may close an escalated session instead of resolving it: the tasks it held
+    then have no session to answer, so they are canceled with it, never run."""
+    await configure(client, PLAN_AGENT, url=agent.url, fail_max=50)
+    session = await create_session(client)
+    sid = session["session_id"]
+    await send(client, sid, QUESTION)
+    assert (await send(client, sid, QUESTION)).json()["session_status"] == "escalated"
+    response = await client.post(
+        "/v1/tasks",
+        json={"agent_name": PLAN_AGENT, "input": {"message": "hello"}, "session_id": sid},
+    )
+    assert response.status_code == 201, response.text
+    task_id = response.json()["task_id"]
+    version = (await status_of(client, sid))["version"]
+
+    completed = await client.post(f"/v1/sessions/{sid}/complete", headers=if_match(version))
+    assert completed.status_code == 200, completed.text
+    assert completed.json()["status"] == "completed"
+    read = (await client.get(f"/v1/tasks/{task_id}")).json()
+    task = read["task"]
+    assert (task["status"], task["attempt"]) == ("canceled", 0)
+    last = read["transitions"][-1]
+    assert (last["to_status"], last["actor"]) == ("canceled", "switchboard")
+    assert last["reason"] == "its session was completed while escalated"
+    await asyncio.sleep(POLL * 10)  # ten polls of the worker: it is not claimed
+    assert agent.requests == []
 
 
 async def test_the_next_step_rules_are_listed_in_order(client: httpx.AsyncClient) -> None:

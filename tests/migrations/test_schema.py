@@ -216,6 +216,7 @@ async def test_upgrade_head_builds_exactly_schema_sql(server_url: str) -> None:
         "session_archive_move",
         "session_branch_idle",
         "session_branch_version",
+        "session_completed_cancels_held",
         "session_escalate",
         "session_expired",
         "session_expiring",
@@ -234,6 +235,7 @@ async def test_upgrade_head_builds_exactly_schema_sql(server_url: str) -> None:
         ("agent_tasks", "agent_tasks_queued"),
         ("agent_tasks", "agent_tasks_transition"),
         ("outbox_events", "outbox_events_fan_out"),
+        ("session_coordination", "session_coordination_completed_escalated"),
         ("session_state_versions", "session_state_versions_told"),
     ]
     assert_same_schema(from_migrations, from_schema_sql, "migrations", "schema.sql")
