@@ -726,7 +726,7 @@ def main() -> None:
     asyncio.run(dbutil.create_database(server, name))
     url = dbutil.with_database(server, name)
     started = datetime.now(UTC)
-    sb = ceiling = paths = None
+    sb = ceiling = added = None
     try:
         upgrade(url)
         seed = asyncio.run(_seed(url))
@@ -737,10 +737,10 @@ def main() -> None:
             "SWITCHBOARD_RATE_LIMIT_PER_SECOND": "0",
             **new_paths.ENV,
         }
-        paths = new_paths.NewPaths()  # the fast agent, before the server that calls it
+        added = new_paths.NewPaths()  # the fast agent, before the server that calls it
         sb, ceiling = Server("switchboard", env), Server("ceiling", {"CEILING_DATABASE_URL": url})
         key = _prepare_client(sb.port)
-        paths.prepare(url, sb.port, ADMIN)
+        added.prepare(url, sb.port, ADMIN)
         with tempfile.TemporaryDirectory() as tmp_dir:
             tmp = Path(tmp_dir)
             measures: dict[str, Callable[[], Any]] = {
@@ -752,7 +752,7 @@ def main() -> None:
                         name: script
                         for name, script in {
                             **http_scripts(seed, tmp, key),
-                            **paths.scripts(tmp, key),
+                            **added.scripts(tmp, key),
                         }.items()
                         if not args.path or any(p in name for p in args.path)
                     },
@@ -771,7 +771,7 @@ def main() -> None:
                     url, 1000 if mode is FULL else 200, mode.window_s, 50
                 ),
                 # PATCH session with and without its outbox event, alternating.
-                "outbox": lambda: paths.outbox(
+                "outbox": lambda: added.outbox(
                     url,
                     sb.port,
                     lambda script, seconds: wrk(sb.port, "/", 16, seconds, script),
@@ -808,7 +808,7 @@ def main() -> None:
         print(markdown(result))
         print(f"\nwritten: {out.relative_to(ROOT)}")
     finally:
-        for s in (sb, ceiling, paths):
+        for s in (sb, ceiling, added):
             if s is not None:
                 s.stop()
         asyncio.run(dbutil.drop_database(server, name))
