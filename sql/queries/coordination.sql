@@ -206,8 +206,7 @@ SELECT r.*, d.decision_id FROM resolved r, decided d
 
 -- name: latest_escalation
 -- The decision that escalated the session last (what a resolution ends), if it came after
--- the last resolution: a session escalated again without one (a client's PATCH of its
--- status) ends no escalation decision, not the one a person resolved before.
+-- the last resolution: never the one a person resolved before.
 SELECT e.decision_id, e.message, e.response -> 'output_data' AS context, e.created_at
 FROM coordination_decisions e
 WHERE e.session_id = $1 AND e.outcome = 'escalated'

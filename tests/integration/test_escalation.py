@@ -466,8 +466,7 @@ async def test_a_session_without_progress_for_too_long_escalates(
 async def test_a_resolution_names_only_the_escalation_it_ends(
     client: httpx.AsyncClient, limits: dict[str, Any]
 ) -> None:
-    """A session escalated again without an escalation decision (a client's PATCH of the
-    status) is resolved with no escalation named: the one a person resolved before is
+    """Each resolution names the escalation it ends: the one a person resolved before is
     over, and naming it again told subscribers and the log the wrong story."""
     session = await create_session(client)
     sid = session["session_id"]
@@ -486,10 +485,55 @@ async def test_a_resolution_names_only_the_escalation_it_ends(
     second = await client.post(f"/v1/sessions/{sid}/resolve", json={"note": "second"})
     assert second.status_code == 200, second.text
     body = second.json()
-    assert (body["escalation_decision_id"], body["escalation_reason"]) == (None, None)
-    resolution = (await decisions(client, sid))[-1]
+    log = await decisions(client, sid)
+    by_client = log[-2]
+    assert (by_client["outcome"], by_client["classifier"]) == ("escalated", "client")
+    assert body["escalation_decision_id"] == by_client["decision_id"]
+    assert body["escalation_decision_id"] != escalation["decision_id"]
+    resolution = log[-1]
     assert (resolution["outcome"], resolution["message"]) == ("resolved", "second")
-    assert resolution["response"]["output_data"] == {}
+    assert resolution["response"]["output_data"]["decision_id"] == by_client["decision_id"]
+
+
+async def test_a_client_escalating_by_patch_is_recorded_and_announced(
+    client: httpx.AsyncClient, agent: AgentServer
+) -> None:
+    """An agent or a workflow calls a person by setting the status: the same decision and
+    session.escalated the server's own escalation writes, once; edits of the content while
+    it waits, and the server's own escalation, add no second one."""
+    await subscribe(client, agent.url)
+    session = await create_session(client)
+    sid = session["session_id"]
+    patched = await client.patch(
+        f"/v1/sessions/{sid}", json={"status": "escalated", "base_version": 1}
+    )
+    assert patched.status_code == 200, patched.text
+    version = patched.json()["version"]
+    edited = await client.patch(
+        f"/v1/sessions/{sid}",
+        json={"progress_percentage": 10, "base_version": version},
+    )
+    assert edited.status_code == 200, edited.text
+    again = await client.patch(
+        f"/v1/sessions/{sid}", json={"status": "escalated", "base_version": version + 1}
+    )
+    assert again.status_code == 200, again.text
+
+    [decision] = [d for d in await decisions(client, sid) if d["outcome"] == "escalated"]
+    assert decision["classifier"] == "client"
+    assert decision["session_version"] == version
+    assert decision["created_by"] == "admin"
+    assert decision["message"].startswith("admin set the status to escalated")
+    [told] = [
+        e for e in await session_events(client, sid) if e["event_type"] == "session.escalated"
+    ]
+    assert told["payload"]["decision_id"] == decision["decision_id"]
+    assert told["payload"]["session_version"] == version
+    assert told["payload"]["escalated_by"] == "admin"
+
+    resolved = await client.post(f"/v1/sessions/{sid}/resolve", json={"note": "called back"})
+    assert resolved.status_code == 200, resolved.text
+    assert resolved.json()["escalation_decision_id"] == decision["decision_id"]
 
 
 @pytest.mark.parametrize("limits", [{"max_consecutive_fallbacks": 1, "max_step_retries": 100}])

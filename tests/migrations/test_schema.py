@@ -226,6 +226,7 @@ async def test_upgrade_head_builds_exactly_schema_sql(server_url: str) -> None:
         "session_open",
         "session_running",
         "session_version",
+        "session_version_escalated",
         "session_version_told",
         "subscription_wants",
         "uuid_generate_v7",
@@ -236,6 +237,7 @@ async def test_upgrade_head_builds_exactly_schema_sql(server_url: str) -> None:
         ("agent_tasks", "agent_tasks_transition"),
         ("outbox_events", "outbox_events_fan_out"),
         ("session_coordination", "session_coordination_completed_escalated"),
+        ("session_state_versions", "session_state_versions_escalated"),
         ("session_state_versions", "session_state_versions_told"),
     ]
     assert_same_schema(from_migrations, from_schema_sql, "migrations", "schema.sql")
