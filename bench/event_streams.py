@@ -56,8 +56,11 @@ def percentile(values: list[float], q: float) -> float:
 class StreamClient:
     """One SSE stream over a raw socket; records each event's delivery latency."""
 
-    def __init__(self, port: int, session_id: str, latencies: list[float]) -> None:
+    def __init__(
+        self, port: int, session_id: str, latencies: list[float], key: str = ADMIN
+    ) -> None:
         self._port = port
+        self._key = key
         self._path = f"/v1/sessions/{session_id}/events"
         self._latencies = latencies
         self.received: list[int] = []
@@ -69,7 +72,7 @@ class StreamClient:
         self._writer = writer
         writer.write(
             f"GET {self._path} HTTP/1.1\r\nHost: bench\r\n"
-            f"Authorization: Bearer {ADMIN}\r\nAccept: text/event-stream\r\n\r\n".encode()
+            f"Authorization: Bearer {self._key}\r\nAccept: text/event-stream\r\n\r\n".encode()
         )
         await writer.drain()
         status = await reader.readline()

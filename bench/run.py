@@ -54,7 +54,7 @@ from app.db.migrate import upgrade  # noqa: E402
 from app.db.pool import Database  # noqa: E402
 from app.services import build_services  # noqa: E402
 from app.settings import DatabaseSettings, Settings  # noqa: E402
-from bench import event_streams, floors, paths, profile, workers  # noqa: E402
+from bench import event_streams, floors, new_paths, paths, profile, workers, wrk_scripts  # noqa: E402
 from bench.paths import HttpPath, Number, Pick, Unique  # noqa: E402
 from bench.serve import free_port, spawn  # noqa: E402
 from tests import dbutil  # noqa: E402
@@ -154,6 +154,7 @@ def parse_wrk(out: str) -> dict[str, Any]:
         "p50_ms": latency("50"),
         "p99_ms": latency("99"),
         "errors": errors,
+        **wrk_scripts.parse(out),  # answers by kind, for a script that counts them
     }
 
 
@@ -336,12 +337,14 @@ def settle(url: str) -> None:
 
 
 def capture_floors(
-    url: str, env: dict[str, str], routes: dict[str, HttpPath], key: str, plans_file: Path
+    url: str, env: dict[str, str], every: dict[str, HttpPath | Path], key: str, plans_file: Path
 ) -> dict[str, floors.Plan | str]:
     """Each path's own floor, from its real SQL: a capture server (bench/floors.py) runs one
     warm-up and two recorded requests per path, the two become a replay plan, the plan is
     replayed once with checks, and the plans go to ``plans_file`` for the ceiling server's
-    ``/own-floor/{slug}``. Captured at run time, so the floors follow the code."""
+    ``/own-floor/{slug}``. Captured at run time, so the floors follow the code. A path
+    given as a ready wrk script has none."""
+    routes = {name: r for name, r in every.items() if isinstance(r, HttpPath)}
     with tempfile.TemporaryDirectory() as directory:
         capturer = Server("switchboard", {**env, floors.CAPTURE_ENV: directory})
         try:
@@ -349,7 +352,10 @@ def capture_floors(
         finally:
             capturer.stop()
     asyncio.run(paths.verify(url, plans, routes))
-    slugs = paths.slugs(routes)
+    plans.update(
+        {name: "its own wrk script, no captured floor" for name in every if name not in routes}
+    )
+    slugs = paths.slugs(every)
     plans_file.write_bytes(
         pickle.dumps({slugs[n]: p for n, p in plans.items() if not isinstance(p, str)})
     )
@@ -359,7 +365,7 @@ def capture_floors(
 def profile_writes(
     url: str,
     sb: Server,
-    routes: dict[str, HttpPath],
+    routes: dict[str, HttpPath | Path],
     mode: Mode,
     tmp: Path,
     key: str,
@@ -375,7 +381,7 @@ def profile_writes(
     slugs = paths.slugs(routes)
     out: dict[str, Any] = {}
     for name, route in routes.items():
-        if route.method == "GET":
+        if not isinstance(route, HttpPath) or route.method == "GET":
             continue
         script = route.lua(tmp, f"{slugs[name]}-profile", key)
         collapsed = directory / f"{started:%Y-%m-%dT%H-%M}-{slugs[name]}.txt"
@@ -397,7 +403,7 @@ def http_paths(
     url: str,
     sb: Server,
     ceiling: Server,
-    routes: dict[str, HttpPath],
+    routes: dict[str, HttpPath | Path],
     plans: dict[str, floors.Plan | str],
     seed: dict[str, list[str]],
     mode: Mode,
@@ -429,7 +435,7 @@ def http_paths(
             FLOOR: {**base_floor, "ratio": round(base_floor["rps"] / base_get["rps"], 3)},
         }
         for name, route in routes.items():
-            script = route.lua(tmp, slugs[name], key)
+            script = route if isinstance(route, Path) else route.lua(tmp, slugs[name], key)
             settle(url)
             wrk(sb.port, "/", c, warmup, script)
             measured = wrk(sb.port, "/", c, seconds, script)
@@ -437,7 +443,7 @@ def http_paths(
             measured["ratio"] = round(measured["rps"] / ceiling_rps, 3)
             measured["to_floor"] = round(measured["rps"] / base_floor["rps"], 3)
             plan = plans.get(name, "not captured")
-            if not isinstance(plan, str):
+            if isinstance(route, HttpPath) and not isinstance(plan, str):
                 # The path's own floor right after the path, same values, same window.
                 own = route.lua(tmp, f"{slugs[name]}-floor", key, floor=slugs[name])
                 settle(url)
@@ -822,6 +828,7 @@ def markdown(result: dict[str, Any]) -> str:
         "",
     ]
     lines += http_tables(result["http"])
+    lines += new_paths.markdown(result)
     lines += ["**Database ceiling**", "", "| measure | value |", "|---|---|"]
     lines += [f"| {k} | {v} |" for k, v in result["database"].items()]
     lines += ["", "**CPU paths**", "", "| measure | value |", "|---|---|"]
@@ -858,7 +865,7 @@ def main() -> None:
     parser.add_argument(
         "--only",
         action="append",
-        choices=["http", "database", "cpu", "cleanup", "growth", "streams", "workers"],
+        choices=["http", "database", "cpu", "cleanup", "growth", "streams", "workers", "outbox"],
         help="run only this part (repeatable); printed, not written to bench/results",
     )
     parser.add_argument(
@@ -882,7 +889,7 @@ def main() -> None:
     asyncio.run(dbutil.create_database(server, name))
     url = dbutil.with_database(server, name)
     started = datetime.now(UTC)
-    sb = ceiling = None
+    sb = ceiling = added = None
     with tempfile.TemporaryDirectory() as tmp_dir:
         tmp = Path(tmp_dir)
         plans_file = tmp / "floors.pickle"
@@ -899,20 +906,40 @@ def main() -> None:
                 # message is a 409, which is not what the row names.
                 "SWITCHBOARD_COORDINATION_MAX_STEP_RETRIES": "1000",
                 "SWITCHBOARD_COORDINATION_MAX_CONSECUTIVE_FALLBACKS": "1000",
+                **new_paths.ENV,
             }
+            added = new_paths.NewPaths()  # the fast agent, before the server that calls it
             sb = Server("switchboard", env)
             ceiling = Server(
                 "ceiling", {"CEILING_DATABASE_URL": url, "CEILING_FLOOR_PLANS": str(plans_file)}
             )
             key = _prepare_client(sb.port)
+            added.prepare(url, sb.port, ADMIN)
+            # Issue 22's paths (bench/new_paths.py) bring wrk scripts of their own: an agent
+            # call or a merge loop that a captured SQL replay would not stand for.
+            every: dict[str, HttpPath | Path] = {**http_scripts(seed), **added.scripts(tmp, key)}
             routes = {
                 name: route
-                for name, route in http_scripts(seed).items()
+                for name, route in every.items()
                 if not args.path or any(p in name for p in args.path)
             }
-            run(args, mode, url, env, sb, ceiling, routes, plans_file, seed, tmp, key, started)
+            run(
+                args,
+                mode,
+                url,
+                env,
+                sb,
+                ceiling,
+                added,
+                routes,
+                plans_file,
+                seed,
+                tmp,
+                key,
+                started,
+            )
         finally:
-            for s in (sb, ceiling):
+            for s in (sb, ceiling, added):
                 if s is not None:
                     s.stop()
             asyncio.run(dbutil.drop_database(server, name))
@@ -925,7 +952,8 @@ def run(
     env: dict[str, str],
     sb: Server,
     ceiling: Server,
-    routes: dict[str, HttpPath],
+    added: new_paths.NewPaths,
+    routes: dict[str, HttpPath | Path],
     plans_file: Path,
     seed: dict[str, list[str]],
     tmp: Path,
@@ -976,6 +1004,16 @@ def run(
             mode.window_s,
             wrk,
             settle,
+        ),
+        # PATCH session with and without its outbox event, alternating.
+        "outbox": lambda: added.outbox(
+            url,
+            sb.port,
+            lambda script, seconds: wrk(sb.port, "/", 16, seconds, script),
+            tmp,
+            key,
+            4 if mode is FULL else 2,
+            mode.window_s,
         ),
     }
     result: dict[str, Any] = {
