@@ -161,6 +161,7 @@ class Supervisor:
         self._due: dict[int, float] = {}  # slot -> when to start it again
         self._stop_signal: int | None = None
         self._stop_deadline: float | None = None
+        self._hurry = False  # a second SIGTERM/SIGINT while stopping: kill now
         self._listened = False
         self._failed = False
         self._ready_r = -1
@@ -192,7 +193,7 @@ class Supervisor:
                     self._stop()
                 if self._stop_deadline is None:
                     self._start_due((ready_r, ready_w, wake_r, wake_w))
-                elif time.monotonic() > self._stop_deadline:
+                elif self._hurry or time.monotonic() > self._stop_deadline:
                     self._kill()
         finally:
             signal.set_wakeup_fd(previous_wakeup)
@@ -205,16 +206,23 @@ class Supervisor:
         return 0 if self._listened and not self._failed else 1
 
     def _on_signal(self, signum: int, _: FrameType | None) -> None:
-        if signum != signal.SIGCHLD and self._stop_signal is None:
+        if signum == signal.SIGCHLD:
+            return
+        if self._stop_signal is None:
             self._stop_signal = signum
+        elif self._stop_deadline is not None and self._stop_deadline != float("inf"):
+            self._hurry = True
 
     def _start(self, slot: int, fds: tuple[int, ...]) -> None:
         blocked = signal.pthread_sigmask(signal.SIG_BLOCK, _SIGNALS)
         parent = os.getpid()
-        pid = os.fork()
+        try:
+            pid = os.fork()
+        finally:  # a failed fork (EAGAIN, ENOMEM) must not leave the signals blocked
+            if os.getpid() == parent:
+                signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
         if pid == 0:  # the worker: never returns
             self._child(slot, parent, fds, blocked)
-        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
         self._workers[pid] = _Worker(slot, pid, time.monotonic())
         logger.info("started worker %d (pid %d)", slot, pid, extra={"worker": slot, "pid": pid})
 
@@ -316,7 +324,16 @@ class Supervisor:
         for slot, when in list(self._due.items()):
             if when <= now:
                 del self._due[slot]
-                self._start(slot, fds)
+                try:
+                    self._start(slot, fds)
+                except OSError as exc:  # no process to be had now: try the slot again
+                    logger.warning(
+                        "worker %d could not be started again: %s",
+                        slot,
+                        exc,
+                        extra={"worker": slot},
+                    )
+                    self._due[slot] = now + 1.0
 
     def _stop(self) -> None:
         self._due.clear()
@@ -328,10 +345,10 @@ class Supervisor:
     def _kill(self) -> None:
         for worker in self._workers.values():
             logger.warning(
-                "worker %d (pid %d) did not stop within %g s: killed",
+                "worker %d (pid %d) killed: %s",
                 worker.slot,
                 worker.pid,
-                STOP_GRACE,
+                "asked twice to stop" if self._hurry else f"not stopped within {STOP_GRACE:g} s",
                 extra={"worker": worker.slot},
             )
             with contextlib.suppress(ProcessLookupError):

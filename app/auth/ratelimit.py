@@ -39,6 +39,14 @@ class RateLimiter:
         """False when the rate is 0."""
         return self._rate > 0
 
+    def give_back(self, caller: str) -> None:
+        """Return the token ``take`` spent (a request that turned out not to count), never
+        above the burst."""
+        if not self.enabled or caller not in self._buckets:
+            return
+        now = self._monotonic()
+        self._buckets[caller] = (min(self._burst, self._tokens(caller, now) + 1), now)
+
     def _tokens(self, caller: str, now: float) -> float:
         tokens, last = self._buckets.get(caller, (self._burst, now))
         return min(self._burst, tokens + (now - last) * self._rate)

@@ -175,9 +175,11 @@ class ConsoleController(Controller):
     async def login(self, request: AnyRequest) -> Template | Redirect:
         """Check the key as the API does and start a session; the key goes no further."""
         auth: ConsoleAuth = request.app.state.console_auth
-        # Before the key is looked at: a 429 only for wrong keys would confirm a right one.
+        # A token is spent before the key is looked at (a 429 only for wrong keys would
+        # confirm a right one) and before any await (attempts sent at once would all pass a
+        # check made first); a key that signs in gets it back.
         address = client_address(request)
-        auth.sign_in_failures.check(address)
+        auth.sign_in_failures.take(address)
         form = await request.form()
         if not same_token(form.get("login_token"), request.cookies.get(LOGIN_COOKIE_NAME, "")):
             raise Forbidden("The sign-in form's token is missing or wrong; reload the page.")
@@ -185,7 +187,6 @@ class ConsoleController(Controller):
         key = sent.strip() if isinstance(sent, str) else ""
         principal = await auth.agents.authenticate(hash_key(key)) if key else None
         if principal is None or not may_use_console(principal):
-            auth.sign_in_failures.take(address)
             logger.warning(
                 "console: refused a sign-in from %s (unknown key, or not a console key)", address
             )
@@ -201,6 +202,7 @@ class ConsoleController(Controller):
                 cookies=[self._login_cookie(request, token)],
                 status_code=401,
             )
+        auth.sign_in_failures.give_back(address)
         value, _ = auth.signer.issue(hash_key(key), auth.clock.now(), auth.session_seconds)
         return Redirect(
             "/console/",
@@ -613,10 +615,11 @@ class ConsoleController(Controller):
         form = await request.form()
         reason = _form_text(form, "reason", required=False) or None
         back = _choice(_form_text(form, "back", required=False), CANCEL_RETURNS, "back")
+        # Every field is read before the task is touched: a bad one changes nothing.
+        status = _choice(_form_text(form, "status", required=False), TASK_STATUSES, "status")
+        agent = _form_text(form, "agent", required=False, max_chars=200)
         await tasks.cancel(task_id, operator.principal, reason)
         if back == "tasks":
-            status = _choice(_form_text(form, "status", required=False), TASK_STATUSES, "status")
-            agent = _form_text(form, "agent", required=False, max_chars=200)
             return _done("/console/tasks", "canceled", status=status or "", agent=agent)
         return _done(f"/console/tasks/{task_id}", "canceled")
 

@@ -145,7 +145,10 @@ class OperationsController(Controller):
     async def event(
         self, request: AnyRequest, event_id: FromPath[UUID], events: NamedDependency[EventService]
     ) -> Template:
-        """An event: its payload and each delivery's attempts and last error."""
+        """An event: its payload and each delivery's attempts and last error. Admin only,
+        as GET /v1/events and the subscriptions are: it names each subscriber's URL, which
+        may carry a secret."""
+        require_admin(request)
         return _operations_page(
             request, "delivery.html", nav="deliveries", e=await events.event(event_id)
         )

@@ -25,8 +25,8 @@ UPGRADE = r"""
 -- of the status: an agent or a workflow calling a person) is recorded and announced the
 -- same way: a decision (outcome 'escalated', classifier 'client', who set it as its
 -- message) and session.escalated, in the writing statement. A version written while
--- the session was already escalated, or one session_escalate() wrote (its decision names
--- the version), adds nothing.
+-- the session was already escalated, one session_escalate() wrote (its decision names
+-- the version), and an old version a restore copies back add nothing.
 CREATE FUNCTION session_version_escalated() RETURNS trigger
     LANGUAGE plpgsql
 AS $$
@@ -35,7 +35,11 @@ DECLARE
     why text := format('%s set the status to escalated (%s)', NEW.changed_by,
                        NEW.change_reason);
 BEGIN
-    IF EXISTS (SELECT 1 FROM session_state_versions p
+    -- Only news: the version the session is at now (a restore copies old versions back,
+    -- whose escalations were told, and resolved, long ago).
+    IF NOT EXISTS (SELECT 1 FROM session_coordination c
+                   WHERE c.session_id = NEW.session_id AND c.version = NEW.version)
+       OR EXISTS (SELECT 1 FROM session_state_versions p
                WHERE p.session_id = NEW.session_id AND p.version = NEW.version - 1
                  AND p.status = 'escalated')
        OR EXISTS (SELECT 1 FROM coordination_decisions d

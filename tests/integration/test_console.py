@@ -4,8 +4,10 @@ drives the same console in a real Chromium)."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
+from collections import Counter
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import timedelta
@@ -829,6 +831,10 @@ async def test_discover_and_redeliver_need_the_admin_key_and_the_csrf_token(
     assert (await browser.get("/console/deliveries")).status_code == 200
     csrf = await csrf_of(browser)
     event = "01900000-0000-7000-8000-000000000000"
+    # An event's page names its subscribers' URLs, which only the admin key may read.
+    detail = await browser.get(f"/console/deliveries/{event}")
+    assert detail.status_code == 403
+    assert "needs the admin key" in detail.text
     for action in ("/console/agents/Plan_Agent/discover", f"/console/deliveries/{event}/redeliver"):
         refused = await browser.post(action, data={"csrf_token": csrf})
         assert refused.status_code == 403, action
@@ -868,6 +874,26 @@ async def test_failed_sign_ins_are_limited_per_address(
     assert len(refusals) == burst
     assert all("127.0.0.1" in message for message in refusals)
     assert not any("guess-number" in r.getMessage() for r in caplog.records)
+
+
+async def test_wrong_keys_sent_at_once_are_limited_too(browser: httpx.AsyncClient) -> None:
+    """Attempts sent together each spend their token before any key is looked at: a burst
+    of concurrent guesses gets no more tries than the same guesses one by one, so a right
+    key among them, past the limit, is refused like the rest (it was let in when the
+    tokens were checked first and spent only after the key lookup)."""
+    burst = ConsoleSettings().login_failure_burst
+    form = await browser.get("/console/login")
+    token = _token(form.text, "login_token")
+    keys = [f"guess-at-once-{n}" for n in range(burst * 3 - 1)] + [ADMIN_KEY]
+    answers = await asyncio.gather(
+        *(
+            browser.post("/console/login", data={"login_token": token, "api_key": key})
+            for key in keys
+        )
+    )
+    statuses = Counter(answer.status_code for answer in answers)
+    assert statuses == {401: burst, 429: burst * 2}
+    assert answers[-1].status_code == 429
 
 
 async def test_successful_sign_ins_spend_nothing(browser: httpx.AsyncClient) -> None:
@@ -1017,6 +1043,13 @@ async def test_a_task_is_canceled_from_its_page_and_from_the_list(
     listed = await browser.get("/console/tasks", params={"agent": "worker-1"})
     assert f'action="/console/tasks/{second}/cancel"' in listed.text
     assert f'action="/console/tasks/{first}/cancel"' not in listed.text
+    # A bad field is refused before the task is touched.
+    bogus = await browser.post(
+        f"/console/tasks/{second}/cancel",
+        data={"csrf_token": csrf, "back": "tasks", "status": "bogus", "agent": "worker-1"},
+    )
+    assert bogus.status_code == 400
+    assert (await client.get(f"/v1/tasks/{second}")).json()["task"]["status"] != "canceled"
     from_list = await browser.post(
         f"/console/tasks/{second}/cancel",
         data={"csrf_token": csrf, "back": "tasks", "status": "", "agent": "worker-1"},

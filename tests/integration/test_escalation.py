@@ -12,6 +12,7 @@ from datetime import timedelta
 from typing import Any
 from uuid import UUID
 
+import asyncpg
 import httpx
 import msgspec
 import pytest
@@ -493,6 +494,50 @@ async def test_a_resolution_names_only_the_escalation_it_ends(
     resolution = log[-1]
     assert (resolution["outcome"], resolution["message"]) == ("resolved", "second")
     assert resolution["response"]["output_data"]["decision_id"] == by_client["decision_id"]
+
+
+@pytest.mark.parametrize("limits", [{"max_consecutive_fallbacks": 1, "max_step_retries": 100}])
+async def test_a_restored_session_tells_no_old_escalation_again(
+    client: httpx.AsyncClient, agent: AgentServer, database_url: str, limits: dict[str, Any]
+) -> None:
+    """A restore copies the archived history back, escalated versions included: those were
+    told, and resolved, before; restoring must not call a person for them again."""
+    await subscribe(client, agent.url)
+    session = await create_session(client)
+    sid = session["session_id"]
+    await send(client, sid, QUESTION)
+    assert (await send(client, sid, QUESTION)).json()["session_status"] == "escalated"
+    assert (await client.post(f"/v1/sessions/{sid}/resolve", json={"note": "one"})).is_success
+    version = (await status_of(client, sid))["version"]
+    patched = await client.patch(
+        f"/v1/sessions/{sid}", json={"status": "escalated", "base_version": version}
+    )
+    assert patched.status_code == 200, patched.text
+    assert (await client.post(f"/v1/sessions/{sid}/resolve", json={"note": "two"})).is_success
+
+    def escalations(events: list[dict[str, Any]]) -> list[int]:
+        return [
+            e["payload"]["session_version"]
+            for e in events
+            if e["event_type"] == "session.escalated"
+        ]
+
+    told = escalations(await session_events(client, sid))
+    assert len(told) == 2
+    conn = await asyncpg.connect(database_url)
+    try:
+        moved = await conn.fetchval(
+            "SELECT session_archive_move(ARRAY[$1::uuid], 'expired', now(),"
+            " now() + interval '1 day')",
+            sid,
+        )
+    finally:
+        await conn.close()
+    assert moved == 1
+    restored = await client.post(f"/v1/sessions/{sid}/restore")
+    assert restored.status_code == 200, restored.text
+    assert escalations(await session_events(client, sid)) == told
+    assert [d for d in await decisions(client, sid) if d["outcome"] == "escalated"] == []
 
 
 async def test_a_client_escalating_by_patch_is_recorded_and_announced(

@@ -118,9 +118,12 @@ def test_a_worker_s_lines_say_which_worker() -> None:
     assert [line["worker"] for line in lines] == [1, 0]
 
 
-def supervise(count: int, body: Callable[[int, Callable[[], None]], None]) -> tuple[int, float]:
+def supervise(
+    count: int, body: Callable[[int, Callable[[], None]], None], *, signals: int = 1
+) -> tuple[int, float]:
     """Run a supervisor in this process (its main thread) with ``body`` in each worker;
-    SIGTERM it once ``count`` workers said they listen, or after 20 s."""
+    SIGTERM it (``signals`` times, half a second apart) once ``count`` workers said they
+    listen, or after 20 s."""
     supervisor = Supervisor(count, body)
     began = time.monotonic()
     done = threading.Event()
@@ -132,7 +135,10 @@ def supervise(count: int, body: Callable[[int, Callable[[], None]], None]) -> tu
         ):
             if done.wait(0.05):
                 return  # it stopped by itself
-        os.kill(os.getpid(), signal.SIGTERM)
+        for n in range(signals):
+            if n and done.wait(0.5):
+                return
+            os.kill(os.getpid(), signal.SIGTERM)
 
     stopper = threading.Thread(target=stop_later)
     stopper.start()
@@ -152,6 +158,20 @@ def test_workers_that_listen_are_stopped_by_sigterm_and_the_exit_code_is_0() -> 
     code, took = supervise(2, body)
     assert code == 0
     assert took < 10
+
+
+def test_a_second_sigterm_kills_workers_that_do_not_stop() -> None:
+    """The grace period is for workers finishing their requests; an operator who asks
+    twice does not wait for it."""
+
+    def body(_: int, listening: Callable[[], None]) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a worker stuck in its shutdown
+        listening()
+        time.sleep(60)
+
+    code, took = supervise(2, body, signals=2)
+    assert code == 0
+    assert took < 10  # not the 60 s grace
 
 
 def test_a_worker_that_never_listens_fails_the_start_with_exit_code_1() -> None:
