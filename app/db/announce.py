@@ -35,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
+import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -60,6 +61,10 @@ class Announcer:
         self._pending: dict[str, set[str]] = {}
         self._sender: asyncio.Task[None] | None = None
         self.notifies_sent = 0  # statements sent (tests, metrics)
+        # An empty payload goes out as this token, so this process's own listeners can
+        # skip the echo of what they were told at the commit (one Database per process:
+        # the supervisor's workers build theirs after the fork).
+        self.origin = uuid.uuid4().hex
 
     def listen(self, channel: str, on_announce: OnAnnounce) -> None:
         """Call ``on_announce(payload)`` after every commit in this process that announced
@@ -71,6 +76,10 @@ class Announcer:
         listeners = self._listeners.get(channel, [])
         if on_announce in listeners:
             listeners.remove(on_announce)
+
+    def from_elsewhere(self, payload: str) -> bool:
+        """False for the echo of a NOTIFY this announcer sent with an empty payload."""
+        return payload != self.origin
 
     def heard(self, conn: object, message: Any) -> None:
         """A log listener of every pooled connection: remember an announcement."""
@@ -108,7 +117,7 @@ class Announcer:
         while self._pending:
             pending, self._pending = self._pending, {}
             channels = [c for c, payloads in pending.items() for _ in payloads]
-            payloads = [p for values in pending.values() for p in values]
+            payloads = [p or self.origin for values in pending.values() for p in values]
             try:
                 await self._send(channels, payloads)
                 self.notifies_sent += 1

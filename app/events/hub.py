@@ -99,7 +99,7 @@ class EventHub:
         self._listener = Listener(
             database.url,
             CHANNEL,
-            lambda _payload: self._wake.set(),
+            self._on_notify,
             catch_up=self._catch_up,
             interval=settings.sync_seconds,
         )
@@ -183,6 +183,11 @@ class EventHub:
         """The stream ended: nothing more is queued for it."""
         self._subscribers.discard(subscriber)
         subscriber.queue.clear()
+
+    def _on_notify(self, payload: str) -> None:
+        # This process's own NOTIFY woke the pump already, at its commit.
+        if self._db.announcer.from_elsewhere(payload):
+            self._wake.set()
 
     async def _catch_up(self) -> None:
         self._wake.set()

@@ -32,12 +32,18 @@ class TaskWorker:
         self._listener = Listener(
             database.url,
             QUEUED_CHANNEL,
-            lambda _payload: self._wake.set(),
+            self._on_notify,
             catch_up=self._poll,
             interval=self._settings.poll_interval,
         )
         # A task queued by this process wakes its worker at once (app/db/announce.py).
         database.announcer.listen(QUEUED_CHANNEL, lambda _payload: self._wake.set())
+        self._announcer = database.announcer
+
+    def _on_notify(self, payload: str) -> None:
+        # This process's own NOTIFY woke the worker already, at its commit.
+        if self._announcer.from_elsewhere(payload):
+            self._wake.set()
 
     async def start(self) -> None:
         """Start claiming (the LISTEN connection comes up in the background)."""

@@ -160,3 +160,21 @@ async def test_a_read_announces_nothing(writer: Database) -> None:
         await conn.fetchval("SELECT 1")
     await asyncio.sleep(0.2)
     assert writer.announcer.notifies_sent == 0
+
+
+async def test_the_writers_hub_skips_the_echo_of_its_own_notify(
+    database_url: str, writer: Database, other: Database
+) -> None:
+    """The writer's NOTIFY carries its origin: the other pool's hub takes it, the writer's
+    own (told at the commit already) does not pump again for it."""
+    heard: list[str] = []
+    listening = await asyncpg.connect(database_url)
+    await listening.add_listener(CHANNEL, lambda *args: heard.append(args[3]))
+    try:
+        await write_event(writer)
+        await asyncio.sleep(0.5)
+        assert heard == [writer.announcer.origin]
+        assert not writer.announcer.from_elsewhere(heard[0])
+        assert other.announcer.from_elsewhere(heard[0])
+    finally:
+        await listening.close()
