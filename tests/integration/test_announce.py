@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator
+from typing import Any
 from uuid import uuid4
 
 import asyncpg
@@ -20,6 +21,7 @@ import pytest
 from app.db.pool import Database
 from app.events.hub import CHANNEL, EventHub, Subscriber
 from app.settings import DatabaseSettings, StreamSettings
+from app.tasks.service import FINISHED_CHANNEL, QUEUED_CHANNEL
 
 # The hub's timer fallback: far longer than any test waits, so what arrives did not use it.
 NEVER = 30.0
@@ -27,6 +29,18 @@ INSERT_EVENT = (
     "INSERT INTO outbox_events (event_type, payload) "
     "VALUES ('memory.purged', jsonb_build_object('marker', $1::text))"
 )
+INSERT_TASK = (
+    "INSERT INTO agent_tasks (agent_name, kind, input, created_by) "
+    "VALUES ('Some_Agent', 'agent_call', '{}'::jsonb, 'test') RETURNING task_id"
+)
+
+
+async def finish_task(conn: asyncpg.Connection[asyncpg.Record] | Any, task_id: object) -> None:
+    """submitted -> working -> completed (the transition rule allows no shortcut)."""
+    for status in ("working", "completed"):
+        await conn.execute(
+            "UPDATE agent_tasks SET status = $2 WHERE task_id = $1::uuid", str(task_id), status
+        )
 
 
 @pytest.fixture
@@ -176,5 +190,43 @@ async def test_the_writers_hub_skips_the_echo_of_its_own_notify(
         assert heard == [writer.announcer.origin]
         assert not writer.announcer.from_elsewhere(heard[0])
         assert other.announcer.from_elsewhere(heard[0])
+    finally:
+        await listening.close()
+
+
+async def test_task_channels_are_told_in_process_and_by_notify_after_commit(
+    database_url: str, writer: Database
+) -> None:
+    """A queued task wakes this process's worker and, by one NOTIFY after the commit, the
+    others'; a finished one its waiters, by task id. Nothing is sent from inside the
+    writing transaction: the same writes by a tool without an announcer send nothing."""
+    local: list[tuple[str, str]] = []
+    for channel in (QUEUED_CHANNEL, FINISHED_CHANNEL):
+        writer.announcer.listen(channel, lambda p, c=channel: local.append((c, p)))
+    remote: list[tuple[str, str]] = []
+    listening = await asyncpg.connect(database_url)
+    for channel in (QUEUED_CHANNEL, FINISHED_CHANNEL):
+        await listening.add_listener(channel, lambda *args: remote.append((args[2], args[3])))
+    try:
+        async with writer.transaction() as conn:
+            task_id = str(await conn.fetchval(INSERT_TASK))
+            assert local == []  # not before the commit
+        assert local == [(QUEUED_CHANNEL, "")]
+        async with writer.transaction() as conn:
+            await finish_task(conn, task_id)
+        assert local[1:] == [(FINISHED_CHANNEL, task_id)]
+        await asyncio.sleep(0.5)
+        assert sorted(remote) == sorted(
+            [(QUEUED_CHANNEL, writer.announcer.origin), (FINISHED_CHANNEL, task_id)]
+        )
+        remote.clear()
+        raw = await asyncpg.connect(database_url)
+        try:
+            async with raw.transaction():
+                await finish_task(raw, await raw.fetchval(INSERT_TASK))
+        finally:
+            await raw.close()
+        await asyncio.sleep(0.5)
+        assert remote == []
     finally:
         await listening.close()
