@@ -409,9 +409,10 @@ class StreamSettings(BaseSettings):
     retry_ms: NonNegativeInt = 2000
     # Events read per query: catch-up pages, the hub's reads, the numbering's batches.
     batch: PositiveInt = Field(default=500, le=10_000)
-    # Even without a NOTIFY (a lost LISTEN connection), the hub numbers and reads new
-    # events this often.
-    sync_seconds: float = Field(default=5.0, gt=0)
+    # Even when nothing announced new events (a write from psql or another tool, a NOTIFY
+    # lost while the LISTEN connection was down), the hub numbers and reads new events
+    # this often (app/db/announce.py).
+    sync_seconds: float = Field(default=1.0, gt=0)
 
 
 class WebhookSettings(BaseSettings):

@@ -5,7 +5,7 @@
 ``bench/fast_agent.py`` (its own process on CPU 1, answering at once). The message runs the
 coordinator, submits the agent's task (the INSERT leased to the process that took the
 message, its transition row and event), the task's attempt calls the agent, its completion
-is committed (transition row, event, NOTIFY) and the request's wait reads it, then the
+is committed (transition row, event, announcement) and the request's wait reads it, then the
 answer is applied to the session: all of it inside the measured request, since the default
 (no ``Prefer: respond-async``) is the synchronous wait, a 200 with the agent's answer. A
 message past the agent's concurrency limit (SWITCHBOARD_TASKS_AGENT_CONCURRENCY_DEFAULT,

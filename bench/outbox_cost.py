@@ -3,7 +3,9 @@
 
 Every new session version is told by a statement trigger (``session_state_versions_told``,
 sql/schema.sql): an INSERT into ``outbox_events``, whose own trigger fans it out to the
-subscriptions that want it (none here) and sends a NOTIFY; a process that serves event
+subscriptions that want it (none here) and announces it (no NOTIFY in the writing
+transaction since revision 0030: the writer wakes its own hub after the commit and sends
+one coalesced NOTIFY off the request path, app/db/announce.py); a process that serves event
 streams then numbers it (``outbox_sequence()``, a transaction under an advisory lock) and
 reads it. The benchmark holds one event stream open (on a session nobody writes), so the
 server's hub runs and numbers, as on a replica that serves streams, and alternates

@@ -1034,6 +1034,22 @@ AS $$
                       WHERE d.event_id = e.event_id AND d.status = 'pending')
 $$;
 
+-- Tell the writing process that this statement wrote something others wait for, without
+-- a NOTIFY: a transaction that queues a NOTIFY takes one database-wide lock at commit, held
+-- through its WAL flush, so every such commit would wait for the one before it (issue 22).
+-- The message goes, in the statement's own reply, to the client that wrote; the pool asks
+-- for it (client_min_messages = debug1, app/db/pool.py) and after the commit wakes that
+-- process's own listeners and sends one coalesced NOTIFY from a connection of its own
+-- (app/db/announce.py). psql and other tools see nothing (DEBUG is below their default);
+-- what they write is found by the listeners' timers.
+CREATE FUNCTION announce_after_commit(channel text, payload text) RETURNS void
+    LANGUAGE plpgsql
+AS $$
+BEGIN
+    RAISE DEBUG USING MESSAGE = 'switchboard announce', DETAIL = channel, HINT = payload;
+END
+$$;
+
 -- Fan-out: every event gets a delivery per enabled subscription that wants its type, when
 -- it is written, so a statement that writes events writes only the events. One INSERT per
 -- statement over the events it wrote (a transition table): a batch that writes 20,000
@@ -1047,7 +1063,7 @@ BEGIN
     FROM written e
     JOIN subscriptions sub ON subscription_wants(sub, e.event_type)
         AND (sub.task_id IS NULL OR sub.task_id::text = e.payload ->> 'task_id');
-    PERFORM pg_notify('switchboard_outbox', '');
+    PERFORM announce_after_commit('switchboard_outbox', '');
     RETURN NULL;
 END
 $$;
@@ -1062,8 +1078,9 @@ CREATE TRIGGER outbox_events_fan_out
 -- events: positions then grow in the order readers can see them, and a stream that
 -- resumes after position N misses nothing and repeats nothing (an identity column would
 -- number in insert order, and an event numbered 6 could commit after one numbered 7 was
--- read). The replicas that serve streams number on each NOTIFY switchboard_outbox
--- (outbox_fan_out) and then read what is new: app/events/hub.py.
+-- read). The replicas that serve streams number when told of new events
+-- (outbox_fan_out's announcement, app/db/announce.py) and then read what is new:
+-- app/events/hub.py.
 CREATE FUNCTION outbox_sequence_lock() RETURNS bigint
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
 AS $$
@@ -1429,7 +1446,7 @@ BEGIN
             clock_timestamp());
     IF NEW.status IN ('completed', 'failed', 'canceled', 'rejected', 'input-required',
                       'auth-required') THEN
-        PERFORM pg_notify('switchboard_task_finished', NEW.task_id::text);
+        PERFORM announce_after_commit('switchboard_task_finished', NEW.task_id::text);
     END IF;
     RETURN NULL;
 END
@@ -1528,7 +1545,7 @@ CREATE FUNCTION agent_task_queued() RETURNS trigger
     LANGUAGE plpgsql
 AS $$
 BEGIN
-    PERFORM pg_notify('switchboard_tasks', '');
+    PERFORM announce_after_commit('switchboard_tasks', '');
     RETURN NULL;
 END
 $$;

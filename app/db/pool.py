@@ -1,6 +1,6 @@
 """The connection pool: orjson JSON codecs registered once per connection, UTC sessions,
 and one ``Database`` object that hands out connections and transactions with driver errors
-translated to domain errors."""
+translated to domain errors, and tells what they committed (``app/db/announce.py``)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import asyncpg
 import orjson
 from asyncpg.pool import PoolConnectionProxy
 
+from app.db.announce import Announcer
 from app.db.errors import translate
 from app.db.queries import QUERIES
 from app.settings import DatabaseSettings
@@ -58,6 +59,9 @@ class Database:
         self._url = url
         self._settings = settings
         self._pool: asyncpg.Pool[asyncpg.Record] | None = None
+        # What triggers announce (announce_after_commit) is told after the commit.
+        self.announcer = Announcer(self._notify)
+        self._heard = self.announcer.heard
 
     @property
     def url(self) -> str:
@@ -75,7 +79,12 @@ class Database:
             statement_cache_size=self._settings.statement_cache_size,
             init=_init_connection,
             reset=_reset_connection,
-            server_settings={"application_name": "switchboard", "timezone": "UTC"},
+            # debug1: the announcements of announce_after_commit() come with the replies.
+            server_settings={
+                "application_name": "switchboard",
+                "timezone": "UTC",
+                "client_min_messages": "debug1",
+            },
             # Bounds every (re)connect, including one made for an acquire that was handed
             # an idle slot without a timeout (``connection`` below).
             timeout=self._settings.acquire_timeout,
@@ -83,6 +92,7 @@ class Database:
 
     async def close(self) -> None:
         """Close the pool, waiting briefly for connections in use."""
+        await self.announcer.close()
         if self._pool is not None:
             pool, self._pool = self._pool, None
             try:
@@ -106,7 +116,16 @@ class Database:
         timeout = None if pool.get_idle_size() else self._settings.acquire_timeout
         try:
             async with pool.acquire(timeout=timeout) as conn:
-                yield conn
+                # Per use, not per connection: asyncpg warns of a listener left on a
+                # connection given back, and its reset would drop it anyway.
+                conn.add_log_listener(self._heard)
+                try:
+                    yield conn
+                finally:
+                    conn.remove_log_listener(self._heard)
+                    # After the commit (transaction() exits inside this): tell the
+                    # process's own listeners at once, the others by a coalesced NOTIFY.
+                    self.announcer.committed(conn)
         except Exception as exc:
             mapped = translate(exc)
             if mapped is None:
@@ -126,6 +145,11 @@ class Database:
                 if traceparent is not None:
                     await conn.execute(QUERIES.tracing.set_traceparent, traceparent)
             yield conn
+
+    async def _notify(self, channels: list[str], payloads: list[str]) -> None:
+        """One NOTIFY per channel and payload, in one short autocommit statement."""
+        async with self.connection() as conn:
+            await conn.execute(QUERIES.announce.notify, channels, payloads)
 
     async def ping(self) -> bool:
         """True if a trivial query succeeds within the acquire timeout."""

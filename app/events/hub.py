@@ -1,12 +1,23 @@
 """One process's fan-out of new outbox events to the streams it holds.
 
-A process that serves streams LISTENs on ``switchboard_outbox`` with one connection of
-its own (``app/db/listener.py``), however many streams it holds. Every NOTIFY (and every
-``sync_seconds``, in case one was lost) wakes one pump: it numbers the events committed
-since (``outbox_sequence()``: whichever replica numbers first, the others find nothing
-left), reads every numbered event after the last one it read, and offers each to the
-streams that want it. An event made on another replica reaches the streams here the same
-way: through the table and the NOTIFY.
+A process that serves streams is woken three ways, each waking one pump:
+
+- in-process, right after a commit of this process wrote events (the outbox trigger
+  announces them, ``app/db/announce.py``): no database round trip between the writer's
+  commit and the pump;
+- by a NOTIFY on ``switchboard_outbox``, on one LISTEN connection of its own
+  (``app/db/listener.py``) however many streams it holds: another process (a replica, the
+  scheduler) that committed events sends one, coalesced, after its commits;
+- every ``sync_seconds`` (default 1 s), for what nobody announced: a write from psql or
+  another tool, a NOTIFY lost while the LISTEN connection was down.
+
+The trigger itself sends no NOTIFY: a transaction that queues one takes a database-wide
+lock at commit, so every session write would wait for the one before it (issue 22).
+
+The pump numbers the events committed since (``outbox_sequence()``: whichever replica
+numbers first, the others find nothing left), reads every numbered event after the last
+one it read, and offers each to the streams that want it. An event made on another replica
+reaches the streams here the same way: through the table and the NOTIFY.
 
 Each stream has a bounded queue. A stream whose queue is full (its client reads too
 slowly) is evicted: it gets nothing more, its response is ended, and the client resumes
@@ -88,10 +99,12 @@ class EventHub:
         self._listener = Listener(
             database.url,
             CHANNEL,
-            lambda _payload: self._wake.set(),
+            self._on_notify,
             catch_up=self._catch_up,
             interval=settings.sync_seconds,
         )
+        # This process's own commits wake the pump at once, with no NOTIFY.
+        database.announcer.listen(CHANNEL, lambda _payload: self._wake.set())
         self.evictions = 0
 
     @property
@@ -170,6 +183,11 @@ class EventHub:
         """The stream ended: nothing more is queued for it."""
         self._subscribers.discard(subscriber)
         subscriber.queue.clear()
+
+    def _on_notify(self, payload: str) -> None:
+        # This process's own NOTIFY woke the pump already, at its commit.
+        if self._db.announcer.from_elsewhere(payload):
+            self._wake.set()
 
     async def _catch_up(self) -> None:
         self._wake.set()

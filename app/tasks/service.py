@@ -56,7 +56,9 @@ from app.tracing import Tracing, current_trace_id, current_traceparent
 
 logger = logging.getLogger("switchboard.tasks")
 
-# NOTIFY channels written by the schema's triggers.
+# Channels the schema's triggers announce on (announce_after_commit): this process's own
+# listeners are told after the commit, the other processes by a coalesced NOTIFY
+# (app/db/announce.py).
 QUEUED_CHANNEL = "switchboard_tasks"
 FINISHED_CHANNEL = "switchboard_task_finished"
 # How long stopping waits for finished hooks still running (late answers being applied).
@@ -123,6 +125,9 @@ class TaskService:
             catch_up=self._wake_waiters,
             interval=settings.poll_interval,
         )
+        # A task finished by this process's commit (a late answer, a cancel) wakes its
+        # waiters here at once.
+        database.announcer.listen(FINISHED_CHANNEL, self._on_finished_notice)
 
     # -- handlers and lifecycle ---------------------------------------------------------
 

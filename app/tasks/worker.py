@@ -1,8 +1,10 @@
 """The worker every replica runs (and ``switchboard worker`` runs alone): claims due tasks
-while it has free slots, wakes on NOTIFY (``switchboard_tasks``, sent by the trigger on
-every insert) and on an attempt ending here, and polls every ``poll_interval`` seconds for
-what no notification announces (a retry whose backoff ended, a NOTIFY missed while the
-LISTEN connection was down). Each poll also reaps expired leases."""
+while it has free slots, wakes at once when this process queued one (the insert trigger
+announces on ``switchboard_tasks``, app/db/announce.py), on a NOTIFY of that channel (sent,
+coalesced, by another process after it queued some) and on an attempt ending here, and
+polls every ``poll_interval`` seconds for what nothing announces (a retry whose backoff
+ended, a task written by another tool, a NOTIFY missed while the LISTEN connection was
+down). Each poll also reaps expired leases."""
 
 from __future__ import annotations
 
@@ -30,10 +32,18 @@ class TaskWorker:
         self._listener = Listener(
             database.url,
             QUEUED_CHANNEL,
-            lambda _payload: self._wake.set(),
+            self._on_notify,
             catch_up=self._poll,
             interval=self._settings.poll_interval,
         )
+        # A task queued by this process wakes its worker at once (app/db/announce.py).
+        database.announcer.listen(QUEUED_CHANNEL, lambda _payload: self._wake.set())
+        self._announcer = database.announcer
+
+    def _on_notify(self, payload: str) -> None:
+        # This process's own NOTIFY woke the worker already, at its commit.
+        if self._announcer.from_elsewhere(payload):
+            self._wake.set()
 
     async def start(self) -> None:
         """Start claiming (the LISTEN connection comes up in the background)."""

@@ -262,4 +262,4 @@ WHERE ($1::text IS NULL OR created_by = $1 OR agent_name = $1)
 -- name: wake_workers
 -- Held tasks may run now (their session was resolved): the workers claim at once rather
 -- than at their next poll.
-SELECT pg_notify('switchboard_tasks', '')
+SELECT announce_after_commit('switchboard_tasks', '')

@@ -186,6 +186,7 @@ async def test_upgrade_head_builds_exactly_schema_sql(server_url: str) -> None:
         "agent_task_transition",
         "agent_tasks_claim",
         "agent_tasks_claim_lock",
+        "announce_after_commit",
         "branch_memory_readable",
         "current_traceparent",
         "event_subscribed",
