@@ -457,9 +457,10 @@ async def insert_access_logs(conn: Connection, entries: list[AccessLogRow]) -> N
 
 async def delete_expired(
     conn: Connection, now: datetime, limit: int, after: datetime | None
-) -> tuple[int, datetime]:
+) -> tuple[int, datetime | None]:
     """One batch of expired memories (not interaction patterns) deleted, from the expiry
-    ``after`` on (None: from the first): how many went and the expiry the batch reached."""
+    ``after`` on (None: from the first): how many went and the expiry the batch reached
+    (None: it took the rest)."""
     row = await conn.fetchrow(Q.delete_expired_memories, now, limit, after)
     if row is None:  # the statement always returns one row
         raise RuntimeError("delete_expired_memories returned no row")
