@@ -5,7 +5,8 @@ changes at most ``limit`` rows and says how many it took) and one count (what th
 would take, for a dry run). The rules stay in the service and its SQL; how batches run is
 the job runner's rule, kept here once: each batch is one transaction that also records the
 run's progress (and renews its claim), so a crash between batches loses nothing, and a
-step ends with the first batch that takes fewer rows than the limit.
+step ends with the first batch that takes fewer rows than the limit (a walk's, with the
+first batch that says it is done).
 """
 
 from __future__ import annotations
@@ -17,6 +18,9 @@ from app.db.pool import Connection, Database
 
 # One batch: at most `limit` rows changed, in the caller's transaction; how many it took.
 Batch = Callable[[Connection, int], Awaitable[int]]
+# One batch of a walk: rows changed, in the caller's transaction, and whether the walk is done
+# (a walk's batch may take fewer than `limit` rows and still have more to go).
+Stride = Callable[[Connection, int], Awaitable[tuple[int, bool]]]
 # A dry run's count of what a step's batches would take.
 Count = Callable[[Connection], Awaitable[int]]
 # Records a batch's rows and the run's details in the batch's own transaction.
@@ -58,6 +62,22 @@ class Sweep:
                 self.details[name] += taken
                 await self._progress(conn, taken, self.details)
             if taken < self._batch_size:
+                return
+
+    async def walk(self, name: str, stride: Stride, count: Count) -> None:
+        """Like ``step``, for a batch that says itself when the step is done: batches until
+        one says so (or, in a dry run, the count)."""
+        self.details.setdefault(name, 0)
+        if self._dry_run:
+            async with self._db.connection() as conn:
+                self.details[name] = await count(conn)
+            return
+        while True:
+            async with self._db.transaction(trace=True) as conn:
+                taken, done = await stride(conn, self._batch_size)
+                self.details[name] += taken
+                await self._progress(conn, taken, self.details)
+            if done:
                 return
 
     async def call_out(self, name: str, work: Callable[[], Awaitable[int]], count: Count) -> None:

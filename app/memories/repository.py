@@ -457,13 +457,20 @@ async def insert_access_logs(conn: Connection, entries: list[AccessLogRow]) -> N
 
 async def delete_expired(
     conn: Connection, now: datetime, limit: int, after: datetime | None
-) -> tuple[int, datetime]:
+) -> tuple[int, datetime | None]:
     """One batch of expired memories (not interaction patterns) deleted, from the expiry
-    ``after`` on (None: from the first): how many went and the expiry the batch reached."""
-    row = await conn.fetchrow(Q.delete_expired_memories, now, limit, after)
-    if row is None:  # the statement always returns one row
-        raise RuntimeError("delete_expired_memories returned no row")
-    return int(row["taken"]), row["reached"]
+    ``after`` on (None: from the first): how many went and the expiry the batch reached
+    (None: it took the rest)."""
+    reach = await conn.fetchrow(Q.expired_memories_reach, now, limit, after)
+    if reach is None:  # the statement always returns one row
+        raise RuntimeError("expired_memories_reach returned no row")
+    upto: datetime | None = reach["upto"]
+    if reach["told"]:
+        taken = int(await conn.fetchval(Q.delete_expired_memories_told, now, after, upto))
+    else:
+        status = await conn.execute(Q.delete_expired_memories, now, after, upto)
+        taken = int(status.rsplit(" ", 1)[-1])
+    return taken, upto
 
 
 async def count_expired(conn: Connection, now: datetime) -> int:

@@ -27,14 +27,16 @@ class MemoryRetention:
         now = sweep.now
         reached: datetime | None = None
 
-        async def delete_expired(conn: Connection, limit: int) -> int:
+        async def delete_expired(conn: Connection, limit: int) -> tuple[int, bool]:
             # Each batch starts after the expiry the previous one reached, so no batch
-            # walks again over the index entries of rows earlier batches deleted.
+            # walks again over the index entries of rows earlier batches deleted. A batch
+            # reaches `limit` index entries on, interaction patterns among them, so it may
+            # take fewer rows than the limit: the walk is done when nothing was left beyond.
             nonlocal reached
             taken, reached = await repo.delete_expired(conn, now, limit, reached)
-            return taken
+            return taken, reached is None
 
-        await sweep.step(
+        await sweep.walk(
             "memories_deleted", delete_expired, lambda conn: repo.count_expired(conn, now)
         )
         # Branch rows are drafts that were never main's: expired ones are deleted, an

@@ -214,10 +214,11 @@ SELECT count(*) FROM session_coordination s WHERE session_expiring(s, $1, $2)
 -- name: archive_expired_sessions
 -- Expired sessions leave the live tables for the archive, restorable for the recovery
 -- window (session_archive_move: the row, its history and session.expired in one
--- statement). Picked oldest expiry first through the expiry index; archival picks its own
--- way (below). $1 now, $2 restorable until, $3 batch size.
+-- statement). Picked oldest expiry first through the expiry index, locked, and handed over
+-- by row address (no second lookup by id); archival picks its own way (below). $1 now,
+-- $2 restorable until, $3 batch size.
 SELECT session_archive_move(ARRAY(
-    SELECT session_id FROM session_coordination s
+    SELECT ctid FROM session_coordination s
     WHERE session_expired(s, $1)
     ORDER BY expires_at
     LIMIT $3
@@ -230,7 +231,7 @@ SELECT count(*) FROM session_coordination s WHERE session_expired(s, $1)
 -- Sessions completed longer ago than the retention leave for the archive with their
 -- history (session.archived). $1 now, $2 completed before, $3 restorable until, $4 batch.
 SELECT session_archive_move(ARRAY(
-    SELECT session_id FROM session_coordination s
+    SELECT ctid FROM session_coordination s
     WHERE session_archivable(s, $2)
     ORDER BY completed_at
     LIMIT $4

@@ -527,8 +527,8 @@ async def test_a_restored_session_tells_no_old_escalation_again(
     conn = await asyncpg.connect(database_url)
     try:
         moved = await conn.fetchval(
-            "SELECT session_archive_move(ARRAY[$1::uuid], 'expired', now(),"
-            " now() + interval '1 day')",
+            "SELECT session_archive_move(ARRAY(SELECT ctid FROM session_coordination"
+            " WHERE session_id = $1 FOR UPDATE), 'expired', now(), now() + interval '1 day')",
             sid,
         )
     finally:

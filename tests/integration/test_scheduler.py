@@ -492,6 +492,41 @@ async def test_retention_batches_resume_and_take_every_expired_memory_once(
     assert again.details["memories_deleted"] == 0
 
 
+async def test_retention_walks_on_past_batches_of_expired_patterns(
+    client: httpx.AsyncClient, frozen_clock: FrozenClock, make_replica: Any, database_url: str
+) -> None:
+    """A batch reaches a batch size of expiry index entries on, interaction patterns
+    among them (which it leaves to be archived): a batch that took no memory, or fewer than
+    the batch size, is not the end of the sweep while entries are left beyond it."""
+    user = await create_user(client)
+    now = frozen_clock.now()
+    conn = await asyncpg.connect(database_url)
+    try:
+        # Walking by 2: patterns at -10 and -9 (the first batch takes nothing), the pattern
+        # at -8 with the memory at -5 (one taken), then the memories at -4 and -3.
+        await conn.execute(
+            """INSERT INTO memories (user_id, agent_name, memory_type, category, content,
+                                     content_size, access_level, created_at, updated_at,
+                                     expires_at)
+               SELECT $1, 'test', 'orchestrator', c, '1', 1, 'all_agents', $2, $2,
+                      $3::timestamptz + make_interval(mins => m)
+               FROM unnest($4::text[], $5::int[]) AS t(c, m)""",
+            user,
+            now - timedelta(days=2),
+            now,
+            ["interaction_patterns"] * 3 + ["session_data"] * 4,
+            [-10, -9, -8, -5, -4, -3, 5],
+        )
+    finally:
+        await conn.close()
+
+    run = await make_replica(batch_size=2).run_now("memory_retention", dry_run=False)
+    assert run.details["memories_deleted"] == 3
+    assert run.details["patterns_archived"] == 3
+    left = await rows(database_url, "SELECT expires_at FROM memories ORDER BY expires_at")
+    assert [r["expires_at"] - now for r in left] == [timedelta(minutes=5)]
+
+
 async def test_housekeeping_purges_what_the_service_recorded_past_its_retention(
     client: httpx.AsyncClient, frozen_clock: FrozenClock, make_replica: Any, database_url: str
 ) -> None:

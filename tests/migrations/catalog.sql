@@ -75,6 +75,16 @@ JOIN pg_namespace n ON n.oid = c.relnamespace
 WHERE n.nspname = 'public' AND NOT t.tgisinternal
 ORDER BY table_name, trigger_name
 
+-- name: statistics
+-- Extended statistics objects (the planner's estimates for expressions and column groups).
+SELECT c.relname AS table_name, s.stxname AS statistics_name,
+       pg_get_statisticsobjdef(s.oid) AS definition
+FROM pg_statistic_ext s
+JOIN pg_class c ON c.oid = s.stxrelid
+JOIN pg_namespace n ON n.oid = s.stxnamespace
+WHERE n.nspname = 'public'
+ORDER BY table_name, statistics_name
+
 -- name: views
 SELECT c.relname AS view_name, c.relkind::text AS kind,
        pg_get_viewdef(c.oid) AS definition

@@ -34,6 +34,7 @@ CATALOG_PARTS = (
     "columns",
     "constraints",
     "indexes",
+    "statistics",
     "functions",
     "triggers",
     "views",
@@ -240,6 +241,9 @@ async def test_upgrade_head_builds_exactly_schema_sql(server_url: str) -> None:
         ("session_coordination", "session_coordination_completed_escalated"),
         ("session_state_versions", "session_state_versions_escalated"),
         ("session_state_versions", "session_state_versions_told"),
+    ]
+    assert [row[:2] for row in from_migrations["statistics"]] == [
+        ("session_coordination", "session_coordination_active_process_stats"),
     ]
     assert_same_schema(from_migrations, from_schema_sql, "migrations", "schema.sql")
 
