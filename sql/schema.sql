@@ -69,7 +69,7 @@ CREATE INDEX session_coordination_expiry_idx
 -- The sweeps' predicates (session_may_lapse) ask whether a session runs a process; without
 -- statistics on that expression the planner guesses 0.5 % of sessions match, and with a
 -- batch of 20,000 expired among 200,000 it read the whole table and sorted it for every
--- batch instead of walking the expiry index (migration 0030).
+-- batch instead of walking the expiry index (migration 0031).
 CREATE STATISTICS session_coordination_active_process_stats
     ON ((session_state ->> 'active_process')) FROM session_coordination;
 -- Inactivity sweeps only ever look at active sessions.

@@ -7,8 +7,8 @@ read and sort the whole table for every batch (the sort spilling to disk under
 FOR UPDATE), instead of walking session_coordination_expiry_idx: the sweep grew with the
 square of the table. Measured in docs/benchmarks.md.
 
-Revision ID: 0030
-Revises: 0029
+Revision ID: 0031
+Revises: 0030
 Create Date: 2026-11-25
 """
 
@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from migrations.sqlscript import run_sql
 
-revision = "0030"
-down_revision = "0029"
+revision = "0031"
+down_revision = "0030"
 branch_labels = None
 depends_on = None
 

@@ -6,8 +6,8 @@ id. The callers now hand over the locked rows' addresses (ctid: a locked row kee
 DELETE finds them by address and its RETURNING is what is archived. Measured in
 docs/benchmarks.md.
 
-Revision ID: 0031
-Revises: 0030
+Revision ID: 0032
+Revises: 0031
 Create Date: 2026-11-25
 """
 
@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from migrations.sqlscript import run_sql
 
-revision = "0031"
-down_revision = "0030"
+revision = "0032"
+down_revision = "0031"
 branch_labels = None
 depends_on = None
 
