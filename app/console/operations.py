@@ -129,7 +129,9 @@ class OperationsController(Controller):
         and event type (GET /v1/events, with its cursors)."""
         state = choice(delivery_state, DELIVERY_STATES, "state")
         chosen_type = choice(event_type, EVENT_TYPES, "type")
-        page = await events.deliveries(state, DEFAULT_LIMIT, cursor, chosen_type)
+        page = await events.deliveries(
+            state, DEFAULT_LIMIT, cursor, None if chosen_type is None else [chosen_type]
+        )
         query = {"state": state or "", "type": chosen_type or ""}
         return _operations_page(
             request,
