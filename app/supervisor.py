@@ -16,8 +16,11 @@ worker that never started (the database is away: stop, exit 1) from one that die
 
 - a worker writes its pid to a pipe once it listens; the supervisor logs which did;
 - a worker that ends while the supervisor is not stopping is started again in the same
-  slot (at most once a second per slot); if one ends without having listened while no
-  worker ever has, start-up failed: the others are stopped and the exit code is 1;
+  slot, at most once a second, then backing off (``RestartBackoff``: a slot whose workers
+  keep dying is started 1, 2, 4 ... at most 30 s apart, and again at once after one stayed
+  up a minute), so a worker that cannot start does not fork a process a second; if one
+  ends without having listened while no worker ever has, start-up failed: the others are
+  stopped and the exit code is 1;
 - SIGTERM or SIGINT: SIGTERM to every worker (each ends its event streams and finishes
   its requests, as one process does), wait for them (``STOP_GRACE`` seconds, then SIGKILL),
   exit 0 if a worker ever listened, else 1;
@@ -48,7 +51,6 @@ from types import FrameType
 logger = logging.getLogger("switchboard.supervisor")
 
 STOP_GRACE = 60.0  # seconds a worker gets to finish after SIGTERM (a message waits up to 55)
-RESTART_INTERVAL = 1.0  # at most one start per slot this often
 NEVER_LISTENED = 3  # a worker's exit code when it ended without having listened
 # Connections a worker may hold outside its pool: the presence lock, and the LISTEN
 # connections of the breakers, the task worker, task waits and event streams.
@@ -140,6 +142,23 @@ def _signal_name(number: int) -> str:
         return str(number)
 
 
+@dataclass(frozen=True)
+class RestartBackoff:
+    """How long a slot waits between starts: ``first`` seconds, doubled each time its worker
+    dies again, at most ``most``; back to ``first`` once a worker stayed up ``reset_after``."""
+
+    first: float = 1.0
+    most: float = 30.0
+    reset_after: float = 60.0
+
+    def next_delay(self, previous: float | None, up_for: float) -> float:
+        """The wait before the next start of a slot whose worker ran ``up_for`` seconds and
+        whose last restart waited ``previous`` (None: it has not been restarted)."""
+        if previous is None or up_for >= self.reset_after:
+            return self.first
+        return min(previous * 2, self.most)
+
+
 @dataclass
 class _Worker:
     slot: int
@@ -154,11 +173,15 @@ _SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD)
 class Supervisor:
     """Starts ``count`` workers running ``serve`` and keeps them running until told to stop."""
 
-    def __init__(self, count: int, serve: ServeOne) -> None:
+    def __init__(
+        self, count: int, serve: ServeOne, backoff: RestartBackoff = RestartBackoff()
+    ) -> None:
         self._count = count
         self._serve = serve
+        self._backoff = backoff
         self._workers: dict[int, _Worker] = {}  # by pid
         self._due: dict[int, float] = {}  # slot -> when to start it again
+        self._delays: dict[int, float] = {}  # slot -> the wait before its last restart
         self._stop_signal: int | None = None
         self._stop_deadline: float | None = None
         self._hurry = False  # a second SIGTERM/SIGINT while stopping: kill now
@@ -301,14 +324,22 @@ class Supervisor:
                 self._failed = True
                 self._stop()
             else:
+                now = time.monotonic()
+                delay = self._backoff.next_delay(
+                    self._delays.get(worker.slot), now - worker.started_at
+                )
+                self._delays[worker.slot] = delay
+                # The wait counts from the start: a worker that lived longer restarts sooner.
+                due = max(now, worker.started_at + delay)
                 logger.warning(
-                    "worker %d (pid %d) ended (%s): starting another",
+                    "worker %d (pid %d) ended (%s): starting another in %.1f s",
                     worker.slot,
                     pid,
                     how,
-                    extra=fields,
+                    due - now,
+                    extra={**fields, "restart_in_seconds": round(due - now, 3)},
                 )
-                self._due[worker.slot] = max(time.monotonic(), worker.started_at + RESTART_INTERVAL)
+                self._due[worker.slot] = due
 
     @staticmethod
     def _forget(pid: int) -> None:

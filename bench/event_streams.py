@@ -42,7 +42,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from app.db.migrate import upgrade  # noqa: E402
-from bench.serve import free_port, spawn  # noqa: E402
+from bench.serve import free_port, spawn, stop  # noqa: E402
 from tests import dbutil  # noqa: E402
 
 ADMIN = "bench-admin-key-0123456789abcdef"
@@ -212,7 +212,7 @@ def measure(url: str, streams: int = 1000, seconds: float = 20, rate: float = 50
     try:
         return asyncio.run(run_streams(port, server.pid, streams, 10, seconds, rate))
     finally:
-        server.terminate()
+        stop(server)
         server.wait(timeout=30)
         os.sched_setaffinity(0, cpus)
 

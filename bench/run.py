@@ -56,7 +56,7 @@ from app.services import build_services  # noqa: E402
 from app.settings import DatabaseSettings, Settings  # noqa: E402
 from bench import event_streams, floors, new_paths, paths, profile, workers, wrk_scripts  # noqa: E402
 from bench.paths import HttpPath, Number, Pick, Unique  # noqa: E402
-from bench.serve import free_port, spawn  # noqa: E402
+from bench.serve import free_port, spawn, stop  # noqa: E402
 from tests import dbutil  # noqa: E402
 
 ADMIN = "bench-admin-key-0123456789abcdef"
@@ -96,8 +96,7 @@ class Server:
         return round(psutil.Process(self.proc.pid).memory_info().rss / 2**20, 1)
 
     def stop(self) -> None:
-        self.proc.terminate()
-        self.proc.wait(timeout=10)
+        stop(self.proc)
 
 
 def wrk_command(port: int, path: str, conns: int, seconds: int, script: Path | None) -> list[str]:
@@ -889,60 +888,59 @@ def main() -> None:
     asyncio.run(dbutil.create_database(server, name))
     url = dbutil.with_database(server, name)
     started = datetime.now(UTC)
-    sb = ceiling = added = None
-    with tempfile.TemporaryDirectory() as tmp_dir:
+    # Everything started is stopped, and the database dropped, whatever fails (a server that
+    # does not start, a stop that raises): an ExitStack runs every callback, last first.
+    with tempfile.TemporaryDirectory() as tmp_dir, contextlib.ExitStack() as cleanup:
+        cleanup.callback(lambda: asyncio.run(dbutil.drop_database(server, name)))
         tmp = Path(tmp_dir)
         plans_file = tmp / "floors.pickle"
-        try:
-            upgrade(url)
-            seed = asyncio.run(_seed(url))
-            # The benchmark is one key sending thousands of requests a second: no rate limit.
-            env = {
-                "SWITCHBOARD_DATABASE_URL": url,
-                "SWITCHBOARD_ADMIN_KEY": ADMIN,
-                "SWITCHBOARD_RATE_LIMIT_PER_SECOND": "0",
-                # The messages row measures the fallback path: with the shipped limits its
-                # 400 sessions escalate after a few fallbacks in a row and every later
-                # message is a 409, which is not what the row names.
-                "SWITCHBOARD_COORDINATION_MAX_STEP_RETRIES": "1000",
-                "SWITCHBOARD_COORDINATION_MAX_CONSECUTIVE_FALLBACKS": "1000",
-                **new_paths.ENV,
-            }
-            added = new_paths.NewPaths()  # the fast agent, before the server that calls it
-            sb = Server("switchboard", env)
-            ceiling = Server(
-                "ceiling", {"CEILING_DATABASE_URL": url, "CEILING_FLOOR_PLANS": str(plans_file)}
-            )
-            key = _prepare_client(sb.port)
-            added.prepare(url, sb.port, ADMIN)
-            # Issue 22's paths (bench/new_paths.py) bring wrk scripts of their own: an agent
-            # call or a merge loop that a captured SQL replay would not stand for.
-            every: dict[str, HttpPath | Path] = {**http_scripts(seed), **added.scripts(tmp, key)}
-            routes = {
-                name: route
-                for name, route in every.items()
-                if not args.path or any(p in name for p in args.path)
-            }
-            run(
-                args,
-                mode,
-                url,
-                env,
-                sb,
-                ceiling,
-                added,
-                routes,
-                plans_file,
-                seed,
-                tmp,
-                key,
-                started,
-            )
-        finally:
-            for s in (sb, ceiling, added):
-                if s is not None:
-                    s.stop()
-            asyncio.run(dbutil.drop_database(server, name))
+        upgrade(url)
+        seed = asyncio.run(_seed(url))
+        # The benchmark is one key sending thousands of requests a second: no rate limit.
+        env = {
+            "SWITCHBOARD_DATABASE_URL": url,
+            "SWITCHBOARD_ADMIN_KEY": ADMIN,
+            "SWITCHBOARD_RATE_LIMIT_PER_SECOND": "0",
+            # The messages row measures the fallback path: with the shipped limits its
+            # 400 sessions escalate after a few fallbacks in a row and every later
+            # message is a 409, which is not what the row names.
+            "SWITCHBOARD_COORDINATION_MAX_STEP_RETRIES": "1000",
+            "SWITCHBOARD_COORDINATION_MAX_CONSECUTIVE_FALLBACKS": "1000",
+            **new_paths.ENV,
+        }
+        added = new_paths.NewPaths()  # the fast agent, before the server that calls it
+        cleanup.callback(added.stop)
+        sb = Server("switchboard", env)
+        cleanup.callback(sb.stop)
+        ceiling = Server(
+            "ceiling", {"CEILING_DATABASE_URL": url, "CEILING_FLOOR_PLANS": str(plans_file)}
+        )
+        cleanup.callback(ceiling.stop)
+        key = _prepare_client(sb.port)
+        added.prepare(url, sb.port, ADMIN)
+        # Issue 22's paths (bench/new_paths.py) bring wrk scripts of their own: an agent
+        # call or a merge loop that a captured SQL replay would not stand for.
+        every: dict[str, HttpPath | Path] = {**http_scripts(seed), **added.scripts(tmp, key)}
+        routes = {
+            name: route
+            for name, route in every.items()
+            if not args.path or any(p in name for p in args.path)
+        }
+        run(
+            args,
+            mode,
+            url,
+            env,
+            sb,
+            ceiling,
+            added,
+            routes,
+            plans_file,
+            seed,
+            tmp,
+            key,
+            started,
+        )
 
 
 def run(

@@ -47,7 +47,8 @@ def spawn(
         command = ["taskset", "-c", str(cpu), *command]
     process = subprocess.Popen(command, cwd=ROOT, env={**os.environ, **env})
     probe = f"http://127.0.0.1:{port}" + ("/constant" if target == "ceiling" else "/ready")
-    deadline = time.monotonic() + 30
+    # A deadline, not a wait: on a loaded host (CI, several suites at once) a start takes long.
+    deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         try:
             if httpx.get(probe, timeout=1).status_code == 200:
@@ -57,8 +58,19 @@ def spawn(
         if process.poll() is not None:
             break
         time.sleep(0.2)
-    process.terminate()
+    stop(process)
     raise RuntimeError(f"{target} did not start on port {port}")
+
+
+def stop(process: subprocess.Popen[bytes], timeout: float = 10) -> None:
+    """Stop a process ``spawn`` started: SIGTERM, then SIGKILL if it is still there after
+    ``timeout`` seconds; reaped either way."""
+    process.terminate()
+    try:
+        process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
 
 
 def main() -> None:

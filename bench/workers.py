@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench.serve import free_port, spawn
+from bench.serve import free_port, spawn, stop
 
 WORKER_COUNTS = (1, 2)
 
@@ -26,8 +26,7 @@ class _Target:
         self.proc = spawn(target, self.port, env, workers=workers)
 
     def stop(self) -> None:
-        self.proc.terminate()
-        self.proc.wait(timeout=70)
+        stop(self.proc, timeout=70)
 
 
 def measure(

@@ -57,15 +57,6 @@ class RateLimiter:
             f"Too many requests for {self._what}; retry in {wait} s.", retry_after=wait
         )
 
-    def check(self, caller: str) -> None:
-        """Raise 429 (with the wait in Retry-After) if ``caller`` has no token left, without
-        spending one."""
-        if not self.enabled:
-            return
-        tokens = self._tokens(caller, self._monotonic())
-        if tokens < 1:
-            raise self._refuse(tokens)
-
     def take(self, caller: str) -> None:
         """Spend a token of ``caller``'s bucket, or raise 429 with the wait in Retry-After."""
         if not self.enabled:

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime
 from typing import Annotated, Any, get_args
 from urllib.parse import urlencode
 from uuid import UUID
 
-from litestar import Controller, Request, get, post
+from litestar import Controller, get, post
 from litestar.datastructures import Cookie
 from litestar.di import NamedDependency
 from litestar.params import FromPath, FromQuery, HeaderParameter, QueryParameter
@@ -32,6 +31,15 @@ from app.console.gate import (
     require_admin,
     secure_request,
 )
+from app.console.pages import (
+    AnyRequest,
+    choice,
+    form_int,
+    form_text,
+    parse_when,
+    redirect_done,
+    render_page,
+)
 from app.console.reads import DEFAULT_WINDOW, WINDOWS, ConsoleReads
 from app.console.repository import SessionFilter
 from app.console.session import COOKIE_NAME, COOKIE_PATH, LOGIN_COOKIE_NAME, same_token
@@ -49,7 +57,6 @@ from app.sessions.service import SessionService
 from app.tasks.schemas import TERMINAL_STATUSES, TaskStatus
 from app.tasks.service import TaskService
 
-AnyRequest = Request[Any, Any, Any]
 SESSION_STATUSES: tuple[str, ...] = get_args(SessionStatus)
 TASK_STATUSES: tuple[str, ...] = get_args(TaskStatus)
 # What the overview's live refresh listens for: every event that changes a count or chart
@@ -64,77 +71,8 @@ DEAD_LETTER_STATES = ("open", "requeued", "discarded", "all")
 BREAKER_STATES = ("open", "closed")
 # Short lists on the session page; each links to the full, paged list where there is one.
 SESSION_PAGE_ROWS = 20
-# What a redirect's ?done= says happened (a fixed word, never a value from the request).
-DONE_MESSAGES = {
-    "rolled-back": "Rolled back: a new version with the old content was written.",
-    "preserved": "The session is preserved (kept past its expiry).",
-    "unpreserved": "The session is no longer preserved.",
-    "restored": "The session was restored from the archive.",
-    "resolved": "Resolved: the session is active again and its held tasks run.",
-    "breaker-open": "The breaker is open: the agent is isolated on every replica.",
-    "breaker-closed": "The breaker is closed: the agent takes calls again.",
-    "requeued": "Requeued as a new task.",
-    "discarded": "Discarded; the dead letter stays, marked with who and why.",
-    "canceled": "Canceled; a running attempt was stopped.",
-}
 # Where a task's cancel form sends the operator back to: its own page or the tasks list.
 CANCEL_RETURNS = ("task", "tasks")
-
-
-def _page(request: AnyRequest, template: str, **context: Any) -> Template:
-    operator = operator_of(request)
-    done = request.query_params.get("done")
-    return Template(
-        template_name=template,
-        context={
-            "operator": operator,
-            "csrf_token": operator.session.csrf,
-            "done": DONE_MESSAGES.get(done or ""),
-            **context,
-        },
-    )
-
-
-def _form_text(
-    form: Any, name: FromPath[str], *, required: bool = True, max_chars: int = 1000
-) -> str:
-    value = form.get(name)
-    text = value.strip() if isinstance(value, str) else ""
-    if required and not text:
-        raise BadRequest(f"The form needs {name}.", parameter=name)
-    if len(text) > max_chars or "\x00" in text:
-        raise BadRequest(f"{name} is too long or holds a NUL character.", parameter=name)
-    return text
-
-
-def _form_int(form: Any, name: FromPath[str]) -> int:
-    text = _form_text(form, name, max_chars=18)
-    if not (text.isascii() and text.isdigit()) or int(text) < 1:
-        raise BadRequest(f"{name} must be a whole number of at least 1.", parameter=name)
-    return int(text)
-
-
-def _choice(value: str | None, allowed: tuple[str, ...], name: FromPath[str]) -> str | None:
-    if not value:
-        return None
-    if value not in allowed:
-        raise BadRequest(f"{name} must be one of {', '.join(allowed)}.", parameter=name)
-    return value
-
-
-def _when(value: str | None, name: FromPath[str]) -> datetime | None:
-    """A time from a datetime-local field (UTC) or an ISO 8601 time with an offset."""
-    if not value:
-        return None
-    try:
-        parsed = datetime.fromisoformat(value)
-    except ValueError:
-        raise BadRequest(f"{name} is not a time (2026-11-24T10:00).", parameter=name) from None
-    return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed
-
-
-def _done(path: str, what: str, **query: str) -> Redirect:
-    return Redirect(f"{path}?{urlencode({**query, 'done': what})}", status_code=303)
 
 
 # A session action: given the operator and the form, call the service; the word for ?done=.
@@ -148,7 +86,7 @@ async def _on_session(
     ``admin`` is false), the form, the service call, back to the session page."""
     operator = require_admin(request) if admin else operator_of(request)
     what = await act(operator, await request.form())
-    return _done(f"/console/sessions/{session_id}", what)
+    return redirect_done(f"/console/sessions/{session_id}", what)
 
 
 class ConsoleController(Controller):
@@ -263,9 +201,9 @@ class ConsoleController(Controller):
     ) -> Template:
         """Agents and breakers, sessions, tasks, dead letters, jobs, undelivered events, and
         charts of the last hour (or 24 hours, ``?window=24h``)."""
-        chosen = _choice(window, tuple(WINDOWS), "window") or DEFAULT_WINDOW
+        chosen = choice(window, tuple(WINDOWS), "window") or DEFAULT_WINDOW
         overview = await console_reads.overview(chosen)
-        return _page(
+        return render_page(
             request,
             "overview.html",
             nav="overview",
@@ -316,10 +254,10 @@ class ConsoleController(Controller):
         """Search sessions of every user; the archive below, with restore."""
         where = SessionFilter(
             user=(user or "").strip() or None,
-            status=_choice(status, SESSION_STATUSES, "status"),
+            status=choice(status, SESSION_STATUSES, "status"),
             agent=(agent or "").strip() or None,
-            created_from=_when(created_from, "created_from"),
-            created_until=_when(created_until, "created_until"),
+            created_from=parse_when(created_from, "created_from"),
+            created_until=parse_when(created_until, "created_until"),
         )
         found = await console_reads.search_sessions(where, DEFAULT_LIMIT, cursor)
         archived = await console_reads.archived_sessions(SESSION_PAGE_ROWS, archived_cursor)
@@ -330,7 +268,7 @@ class ConsoleController(Controller):
             "created_from": created_from or "",
             "created_until": created_until or "",
         }
-        return _page(
+        return render_page(
             request,
             "sessions.html",
             nav="sessions",
@@ -373,7 +311,7 @@ class ConsoleController(Controller):
                 await session_service.get_version(session_id, old_version),
                 await session_service.get_version(session_id, new_version),
             )
-        return _page(
+        return render_page(
             request,
             "session.html",
             nav="sessions",
@@ -422,8 +360,8 @@ class ConsoleController(Controller):
         """Write a new version equal to an older one, based on the version the page showed."""
 
         async def act(operator: Operator, form: Any) -> str:
-            base = _form_int(form, "base_version")
-            rollback = Rollback(to_version=_form_int(form, "to_version"), base_version=base)
+            base = form_int(form, "base_version")
+            rollback = Rollback(to_version=form_int(form, "to_version"), base_version=base)
             await session_service.rollback(session_id, rollback, {base}, operator.principal.name)
             return "rolled-back"
 
@@ -439,11 +377,11 @@ class ConsoleController(Controller):
         """Keep a session past its expiry (or stop keeping it): the API's PATCH preserve."""
 
         async def act(operator: Operator, form: Any) -> str:
-            keep = _choice(_form_text(form, "preserve"), ("true", "false"), "preserve") == "true"
+            keep = choice(form_text(form, "preserve"), ("true", "false"), "preserve") == "true"
             await session_service.patch_session(
                 session_id,
                 {"preserve": keep},
-                {_form_int(form, "base_version")},
+                {form_int(form, "base_version")},
                 operator.principal.name,
             )
             return "preserved" if keep else "unpreserved"
@@ -461,7 +399,7 @@ class ConsoleController(Controller):
         announced, its held tasks run): the admin key or a coordination_manager key."""
 
         async def act(operator: Operator, form: Any) -> str:
-            note = _form_text(form, "note", max_chars=2000)
+            note = form_text(form, "note", max_chars=2000)
             await escalation.resolve(session_id, note, operator.principal)
             return "resolved"
 
@@ -489,7 +427,9 @@ class ConsoleController(Controller):
         self, request: AnyRequest, console_reads: NamedDependency[ConsoleReads]
     ) -> Template:
         """The registry with each agent's breaker."""
-        return _page(request, "agents.html", nav="agents", agents=await console_reads.agents())
+        return render_page(
+            request, "agents.html", nav="agents", agents=await console_reads.agents()
+        )
 
     @post("/agents/{name:str}/breaker", status_code=303)
     async def set_breaker(
@@ -498,10 +438,10 @@ class ConsoleController(Controller):
         """Isolate an agent (open) or bring it back (closed) on every replica."""
         require_admin(request)
         form = await request.form()
-        state = _choice(_form_text(form, "state"), BREAKER_STATES, "state")
-        assert state is not None  # _form_text refused an empty one
+        state = choice(form_text(form, "state"), BREAKER_STATES, "state")
+        assert state is not None  # form_text refused an empty one
         await breaker_admin.set_breaker(name, state)
-        return _done("/console/agents", f"breaker-{state}")
+        return redirect_done("/console/agents", f"breaker-{state}")
 
     @post("/agents/{name:str}/rotate-key")
     async def rotate_key(
@@ -510,7 +450,7 @@ class ConsoleController(Controller):
         """A new key for the agent, shown on this page once (the old one stops working)."""
         require_admin(request)
         rotated = await agent_service.rotate_key(name)
-        return _page(
+        return render_page(
             request, "rotated.html", nav="agents", agent=rotated.agent, api_key=rotated.api_key
         )
 
@@ -525,9 +465,9 @@ class ConsoleController(Controller):
         cursor: FromQuery[str | None] = None,
     ) -> Template:
         """Dead letters by state, newest first."""
-        chosen = _choice(letter_state, DEAD_LETTER_STATES, "state") or "open"
+        chosen = choice(letter_state, DEAD_LETTER_STATES, "state") or "open"
         page = await tasks.dead_letters(chosen, DEFAULT_LIMIT, cursor)
-        return _page(
+        return render_page(
             request,
             "dead_letters.html",
             nav="dead-letters",
@@ -548,7 +488,7 @@ class ConsoleController(Controller):
         """Retry the failed task as a new one."""
         operator = require_admin(request)
         await tasks.requeue(dead_letter_id, operator.principal)
-        return _done("/console/dead-letters", "requeued")
+        return redirect_done("/console/dead-letters", "requeued")
 
     @post("/dead-letters/{dead_letter_id:uuid}/discard", status_code=303)
     async def discard(
@@ -560,9 +500,9 @@ class ConsoleController(Controller):
         """Give the dead letter up, with a reason (kept as the audit)."""
         operator = require_admin(request)
         form = await request.form()
-        reason = _form_text(form, "reason", required=False) or None
+        reason = form_text(form, "reason", required=False) or None
         await tasks.discard(dead_letter_id, operator.principal, reason)
-        return _done("/console/dead-letters", "discarded")
+        return redirect_done("/console/dead-letters", "discarded")
 
     @get("/tasks")
     async def tasks_list(
@@ -574,11 +514,11 @@ class ConsoleController(Controller):
         cursor: FromQuery[str | None] = None,
     ) -> Template:
         """Every task, filtered by status and agent, newest first."""
-        chosen = _choice(status, TASK_STATUSES, "status")
+        chosen = choice(status, TASK_STATUSES, "status")
         name = (agent or "").strip() or None
         page = await console_reads.tasks(chosen, name, DEFAULT_LIMIT, cursor)
         query = {"status": chosen or "", "agent": name or ""}
-        return _page(
+        return render_page(
             request,
             "tasks.html",
             nav="tasks",
@@ -596,7 +536,7 @@ class ConsoleController(Controller):
     ) -> Template:
         """One task: input, result, error, trace id and its transitions."""
         detail = await tasks.detail(task_id, operator_of(request).principal)
-        return _page(
+        return render_page(
             request,
             "task.html",
             nav="tasks",
@@ -613,22 +553,22 @@ class ConsoleController(Controller):
         attempt stops; the transition records who and why); 409 page once it is over."""
         operator = require_admin(request)
         form = await request.form()
-        reason = _form_text(form, "reason", required=False) or None
-        back = _choice(_form_text(form, "back", required=False), CANCEL_RETURNS, "back")
+        reason = form_text(form, "reason", required=False) or None
+        back = choice(form_text(form, "back", required=False), CANCEL_RETURNS, "back")
         # Every field is read before the task is touched: a bad one changes nothing.
-        status = _choice(_form_text(form, "status", required=False), TASK_STATUSES, "status")
-        agent = _form_text(form, "agent", required=False, max_chars=200)
+        status = choice(form_text(form, "status", required=False), TASK_STATUSES, "status")
+        agent = form_text(form, "agent", required=False, max_chars=200)
         await tasks.cancel(task_id, operator.principal, reason)
         if back == "tasks":
-            return _done("/console/tasks", "canceled", status=status or "", agent=agent)
-        return _done(f"/console/tasks/{task_id}", "canceled")
+            return redirect_done("/console/tasks", "canceled", status=status or "", agent=agent)
+        return redirect_done(f"/console/tasks/{task_id}", "canceled")
 
     # -- jobs --------------------------------------------------------------------------
 
     @get("/jobs")
     async def jobs(self, request: AnyRequest, job_service: NamedDependency[JobService]) -> Template:
         """Every job with its last run and next slot."""
-        return _page(request, "jobs.html", nav="jobs", jobs=await job_service.jobs())
+        return render_page(request, "jobs.html", nav="jobs", jobs=await job_service.jobs())
 
     @get("/jobs/{name:str}")
     async def job_runs(
@@ -643,7 +583,7 @@ class ConsoleController(Controller):
         started from the console, highlighted)."""
         job = job_service.job(name)
         runs = await job_service.runs(name, DEFAULT_LIMIT, cursor)
-        return _page(
+        return render_page(
             request,
             "job.html",
             nav="jobs",
@@ -660,7 +600,7 @@ class ConsoleController(Controller):
         """Run a job now; a dry run counts what it would do and changes nothing (a
         coordination_manager key may run dry only)."""
         form = await request.form()
-        dry_run = _choice(_form_text(form, "dry_run"), ("true", "false"), "dry_run") == "true"
+        dry_run = choice(form_text(form, "dry_run"), ("true", "false"), "dry_run") == "true"
         if not dry_run:
             require_admin(request)
         job_service.job(name)

@@ -9,22 +9,21 @@ from typing import Annotated, Any
 from urllib.parse import urlencode
 from uuid import UUID
 
-from litestar import Controller, Request, get, post
+from litestar import Controller, get, post
 from litestar.di import NamedDependency
 from litestar.params import FromPath, FromQuery, QueryParameter
 from litestar.response import Redirect, Template
 
 from app.agents.service import AgentService
 from app.common.pagination import DEFAULT_LIMIT
-from app.console.controller import _choice, _done, _page
 from app.console.gate import require_admin
+from app.console.pages import AnyRequest, choice, redirect_done, render_page
 from app.console.reads import ConsoleReads
 from app.coordination.breaker_admin import BreakerAdmin
 from app.errors import BadGateway, NotFound, ValidationFailed
 from app.events.schemas import EVENT_TYPES
 from app.events.service import EventService
 
-AnyRequest = Request[Any, Any, Any]
 DELIVERY_STATES = ("pending", "delivered", "dead")
 # Recent tasks on an agent's page; the task list, filtered by the agent, has them all.
 AGENT_PAGE_TASKS = 20
@@ -44,7 +43,7 @@ OPERATIONS_PROBLEMS = {
 
 def _operations_page(request: AnyRequest, template: str, **context: Any) -> Template:
     done = request.query_params.get("done") or ""
-    return _page(
+    return render_page(
         request,
         template,
         done=OPERATIONS_DONE.get(done),
@@ -99,10 +98,12 @@ class OperationsController(Controller):
         try:
             await agent_service.discover(name)
         except BadGateway:
-            return _done(page, "card-unreachable")
+            return redirect_done(page, "card-unreachable")
         except ValidationFailed as exc:
-            return _done(page, "card-invalid" if "card_status" in exc.extensions else "no-url")
-        return _done(page, "discovered")
+            return redirect_done(
+                page, "card-invalid" if "card_status" in exc.extensions else "no-url"
+            )
+        return redirect_done(page, "discovered")
 
     @get("/skills")
     async def skills(
@@ -126,9 +127,11 @@ class OperationsController(Controller):
     ) -> Template:
         """Events and their delivery to each subscriber, newest first, by delivery state
         and event type (GET /v1/events, with its cursors)."""
-        state = _choice(delivery_state, DELIVERY_STATES, "state")
-        chosen_type = _choice(event_type, EVENT_TYPES, "type")
-        page = await events.deliveries(state, DEFAULT_LIMIT, cursor, chosen_type)
+        state = choice(delivery_state, DELIVERY_STATES, "state")
+        chosen_type = choice(event_type, EVENT_TYPES, "type")
+        page = await events.deliveries(
+            state, DEFAULT_LIMIT, cursor, None if chosen_type is None else [chosen_type]
+        )
         query = {"state": state or "", "type": chosen_type or ""}
         return _operations_page(
             request,
@@ -160,4 +163,4 @@ class OperationsController(Controller):
         """Deliver the event again to every subscriber, as POST /v1/events/{id}/redeliver."""
         require_admin(request)
         await events.redeliver(event_id)
-        return _done(f"/console/deliveries/{event_id}", "redelivered")
+        return redirect_done(f"/console/deliveries/{event_id}", "redelivered")

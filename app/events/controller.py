@@ -43,6 +43,11 @@ After = Annotated[
     ),
 ]
 
+EventTypes = Annotated[
+    str | None,
+    QueryParameter(description="Only these event types, separated by commas.", max_length=1000),
+]
+
 
 class SubscriptionController(Controller):
     """Who receives events (admin)."""
@@ -81,11 +86,12 @@ class EventController(Controller):
         self,
         events: Events,
         status: Annotated[str | None, QueryParameter(pattern="^(pending|delivered|dead)$")] = None,
+        types: EventTypes = None,
         limit: PageLimit = DEFAULT_LIMIT,
         cursor: PageCursor = None,
     ) -> EventDeliveryPage:
-        """Newest first; ``status`` filters deliveries."""
-        return await events.deliveries(status, limit, cursor)
+        """Newest first; ``status`` filters deliveries, ``types`` the events' types."""
+        return await events.deliveries(status, limit, cursor, parse_types(types))
 
     @post("/{event_id:uuid}/redeliver", status_code=HTTP_200_OK, summary="Deliver an event again")
     async def redeliver(self, event_id: FromPath[UUID], events: Events) -> dict[str, int]:
@@ -103,12 +109,7 @@ class EventController(Controller):
         streams: Streams,
         last_event_id: LastEventId,
         after: After = None,
-        types: Annotated[
-            str | None,
-            QueryParameter(
-                description="Only these event types, separated by commas.", max_length=1000
-            ),
-        ] = None,
+        types: EventTypes = None,
     ) -> EventStreamResponse:
         """Every event as it is committed, on any replica; ``id`` is the resumable cursor."""
         cursor = parse_cursor(last_event_id, after)

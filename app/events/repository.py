@@ -71,14 +71,14 @@ async def delete_subscription(conn: Connection, subscription_id: UUID) -> bool:
 async def list_deliveries(
     conn: Connection,
     status: str | None,
-    event_type: str | None,
+    event_types: list[str] | None,
     before: tuple[datetime, UUID, UUID],
     limit: int,
 ) -> list[EventDelivery]:
     """Events with their delivery state, newest first, after the (created_at, event_id,
     subscription_id) of the last row seen."""
     rows = await conn.fetch(
-        Q.list_deliveries, status, event_type, before[0], before[1], before[2], limit
+        Q.list_deliveries, status, event_types, before[0], before[1], before[2], limit
     )
     return [EventDelivery(**dict(row)) for row in rows]
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import random
 import secrets
+from collections.abc import Collection
 from datetime import timedelta
 from uuid import UUID
 
@@ -83,12 +84,22 @@ class EventService:
                 raise NotFound(f"No subscription {subscription_id}.")
 
     async def deliveries(
-        self, status: str | None, limit: int, cursor: str | None, event_type: str | None = None
+        self,
+        status: str | None,
+        limit: int,
+        cursor: str | None,
+        event_types: Collection[str] | None = None,
     ) -> EventDeliveryPage:
-        """Events with their delivery state, newest first (of one ``event_type`` if given)."""
+        """Events with their delivery state, newest first (only ``event_types`` if given)."""
         before = decode_time_id_id_cursor(cursor) if cursor else FIRST_PAGE_OF_PAIRS
         async with self._db.connection() as conn:
-            items = await repo.list_deliveries(conn, status, event_type, before, limit + 1)
+            items = await repo.list_deliveries(
+                conn,
+                status,
+                None if event_types is None else sorted(event_types),
+                before,
+                limit + 1,
+            )
         # One event has a row per subscriber: the event id alone would skip the rest of
         # an event whose rows a page boundary splits.
         page, next_cursor = cut_page(

@@ -53,8 +53,8 @@ DELETE FROM subscriptions WHERE subscription_id = $1 AND push_config_id IS NULL
 RETURNING subscription_id
 
 -- name: list_deliveries
--- Events with their delivery state, newest first; $1 status filter, $2 event type filter
--- (NULL: all). A row is one delivery (an event has one per subscriber), so the keyset that
+-- Events with their delivery state, newest first; $1 status filter, $2 the event types to
+-- list (NULL: all). A row is one delivery (an event has one per subscriber), so the keyset that
 -- pages through them is (created_at, event_id, subscription_id): unique, and ordered the
 -- same way throughout.
 SELECT e.event_id, e.event_type, e.payload, e.created_at, d.subscription_id, d.status,
@@ -62,7 +62,7 @@ SELECT e.event_id, e.event_type, e.payload, e.created_at, d.subscription_id, d.s
 FROM outbox_events e
 JOIN event_deliveries d ON d.event_id = e.event_id
 WHERE ($1::text IS NULL OR d.status = $1)
-  AND ($2::text IS NULL OR e.event_type = $2)
+  AND ($2::text[] IS NULL OR e.event_type = ANY ($2::text[]))
   AND (e.created_at, e.event_id, d.subscription_id) < ($3, $4, $5)
 ORDER BY e.created_at DESC, e.event_id DESC, d.subscription_id DESC
 LIMIT $6

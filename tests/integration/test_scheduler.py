@@ -861,3 +861,53 @@ async def test_event_pages_list_every_delivery_once(
     assert seen == [(d["event_id"], d["subscription_id"]) for d in everything]
     assert len(set(seen)) == 6
     assert_problem(await client.get("/v1/events", params={"cursor": "bm9wZQ"}), 400)
+
+
+async def test_events_filter_by_types_across_pages(
+    client: httpx.AsyncClient, frozen_clock: FrozenClock, make_replica: Any
+) -> None:
+    subscription = {
+        "url": "http://127.0.0.1:9/a",
+        "event_types": ["session.expiring", "session.expired"],
+    }
+    assert (await client.post("/v1/subscriptions", json=subscription)).status_code == 201
+    for _ in range(3):
+        await create_session(client, ttl_seconds=600)
+    frozen_clock.advance(timedelta(minutes=1))
+    await make_replica().run_now("expiry_warning", dry_run=False)
+    frozen_clock.advance(timedelta(hours=2))
+    await make_replica().run_now("expiry_cleanup", dry_run=False)
+
+    def types_of(response: httpx.Response) -> list[str]:
+        assert response.status_code == 200, response.text
+        return [d["event_type"] for d in response.json()["items"]]
+
+    assert (
+        sorted(types_of(await client.get("/v1/events")))
+        == ["session.expired"] * 3 + ["session.expiring"] * 3
+    )
+    expired = await client.get("/v1/events", params={"types": "session.expired"})
+    assert types_of(expired) == ["session.expired"] * 3
+    both = await client.get("/v1/events", params={"types": "session.expired, session.expiring"})
+    assert len(types_of(both)) == 6
+    # The cursor pages through the filtered list only.
+    seen: list[str] = []
+    cursor = None
+    for _ in range(10):
+        params = {"types": "session.expiring", "limit": 2, **({"cursor": cursor} if cursor else {})}
+        page = await client.get("/v1/events", params=params)
+        seen += types_of(page)
+        cursor = page.json()["next_cursor"]
+        if cursor is None:
+            break
+    assert seen == ["session.expiring"] * 3
+    assert (
+        types_of(
+            await client.get("/v1/events", params={"types": "session.expired", "status": "pending"})
+        )
+        == ["session.expired"] * 3
+    )
+    assert types_of(await client.get("/v1/events", params={"types": "task.failed"})) == []
+    for bad in ("nope", "session.expired,nope", " , "):
+        problem = assert_problem(await client.get("/v1/events", params={"types": bad}), 400)
+        assert "session.expired" in problem["known"]

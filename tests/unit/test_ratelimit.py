@@ -32,25 +32,29 @@ def test_take_spends_the_burst_then_refuses_with_the_wait() -> None:
     limiter.take("10.0.0.1")
 
 
-def test_check_refuses_an_empty_bucket_without_spending() -> None:
+def test_give_back_returns_a_spent_token_never_above_the_burst() -> None:
     ticks = Ticks()
-    limiter = RateLimiter(1.0, 2, monotonic=ticks)
-    for _ in range(5):
-        limiter.check("a")  # a full bucket: nothing spent
+    limiter = RateLimiter(0.001, 2, monotonic=ticks)
     limiter.take("a")
+    limiter.take("a")
+    limiter.give_back("a")  # the second take did not count
     limiter.take("a")
     with pytest.raises(RateLimited):
-        limiter.check("a")
-    ticks.now += 1
-    limiter.check("a")
+        limiter.take("a")
+    for _ in range(5):
+        limiter.give_back("b")  # an unknown caller: nothing to give back
+        limiter.give_back("a")
     limiter.take("a")
+    limiter.take("a")  # back to the burst of 2, not 5
+    with pytest.raises(RateLimited):
+        limiter.take("a")
 
 
 def test_a_rate_of_zero_never_refuses() -> None:
     limiter = RateLimiter(0, 1)
     for _ in range(10):
-        limiter.check("a")
         limiter.take("a")
+        limiter.give_back("a")
 
 
 def test_it_remembers_at_most_max_callers() -> None:

@@ -5,6 +5,7 @@ with a trivial worker body (real forked processes)."""
 from __future__ import annotations
 
 import io
+import itertools
 import json
 import logging
 import os
@@ -22,7 +23,13 @@ from prometheus_client import values
 from app.cli import build_parser
 from app.logs import JsonFormatter, WorkerFilter
 from app.settings import ServerSettings
-from app.supervisor import Supervisor, connections_needed, multiprocess_metrics, worker_count
+from app.supervisor import (
+    RestartBackoff,
+    Supervisor,
+    connections_needed,
+    multiprocess_metrics,
+    worker_count,
+)
 
 
 def test_auto_and_zero_mean_one_worker_per_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -183,3 +190,67 @@ def test_a_worker_that_never_listens_fails_the_start_with_exit_code_1() -> None:
     code, took = supervise(2, body)
     assert code == 1
     assert took < 15
+
+
+def test_the_backoff_doubles_up_to_its_most_and_resets_after_a_long_run() -> None:
+    backoff = RestartBackoff(first=1, most=30, reset_after=60)
+    delays: list[float] = []
+    previous = None
+    for _ in range(7):
+        previous = backoff.next_delay(previous, up_for=0.5)
+        delays.append(previous)
+    assert delays == [1, 2, 4, 8, 16, 30, 30]
+    assert backoff.next_delay(30, up_for=59) == 30
+    assert backoff.next_delay(30, up_for=60) == 1  # it stayed up: a fresh start
+
+
+def test_a_worker_that_keeps_failing_at_start_up_is_restarted_ever_more_slowly(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Slot 0 listens; slot 1 fails at start-up every time (once slot 0 listened, so it is
+    not a failed start of the whole server): its starts come 0.2, 0.4, 0.8, 0.8 s apart."""
+    starts, listened = tmp_path / "starts", tmp_path / "listened"
+
+    def body(slot: int, listening: Callable[[], None]) -> None:
+        if slot == 0:
+            listening()
+            listened.touch()
+            time.sleep(60)
+        while not listened.exists():
+            time.sleep(0.01)
+        with starts.open("a") as out:
+            out.write(f"{time.monotonic()}\n")
+        raise RuntimeError("a setting this worker cannot start with")
+
+    supervisor = Supervisor(2, body, RestartBackoff(first=0.2, most=0.8, reset_after=60))
+    done = threading.Event()
+
+    def stop_later() -> None:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not done.is_set():
+            if starts.exists() and len(starts.read_text().split()) >= 5:
+                break
+            time.sleep(0.05)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    stopper = threading.Thread(target=stop_later)
+    stopper.start()
+    with caplog.at_level(logging.WARNING, logger="switchboard.supervisor"):
+        try:
+            code = supervisor.run()
+        finally:
+            done.set()
+            stopper.join()
+    assert code == 0
+    times = [float(line) for line in starts.read_text().split()]
+    assert len(times) >= 5
+    gaps = [later - earlier for earlier, later in itertools.pairwise(times)]
+    for gap, least in zip(gaps, [0.2, 0.4, 0.8, 0.8], strict=False):
+        assert gap >= least - 0.02, gaps
+    assert gaps[2] > gaps[0] + 0.4, gaps  # slowing down, not once a second or as fast as it dies
+    waits = [
+        float(r.getMessage().rsplit("in ", 1)[1].split()[0])
+        for r in caplog.records
+        if "starting another" in r.getMessage()
+    ]
+    assert waits[:4] == pytest.approx([0.2, 0.4, 0.8, 0.8], abs=0.15)
