@@ -49,6 +49,7 @@ from a2a.types import (
     TaskStatusUpdateEvent,
 )
 from a2a.utils.errors import (
+    ContentTypeNotSupportedError,
     ExtendedAgentCardNotConfiguredError,
     InvalidParamsError,
     TaskNotCancelableError,
@@ -136,10 +137,11 @@ class SwitchboardRequestHandler(RequestHandler):
         if params.configuration.HasField("task_push_notification_config"):
             raise InvalidParamsError(message=PUSH_IN_SEND)
         message = params.message
+        text = plain_text(message)
         with as_a2a_errors():
             meta = MessageMetadata.from_struct(message.metadata)
             request = MessageRequest.model_validate(
-                {"text": get_message_text(message), "context_flags": meta.context_flags}
+                {"text": text, "context_flags": meta.context_flags}
             )
             session_id = await self._session_for(message, meta, principal)
             budget = self._coordinator.budget(WaitPreference(respond_async=respond_async))
@@ -335,3 +337,19 @@ def _task_id(value: str) -> UUID:
 
 def _new_id() -> str:
     return str(uuid.uuid4())
+
+
+def plain_text(message: Message) -> str:
+    """The message's text. The card declares ``text/plain`` as the only input mode, so a
+    file or data part (or text of another media type) is refused with
+    ContentTypeNotSupported before anything is written, rather than dropped unread."""
+    for index, part in enumerate(message.parts):
+        kind = part.WhichOneof("content")
+        media_type = part.media_type.split(";", 1)[0].strip().lower()
+        if kind != "text" or media_type not in ("", "text/plain"):
+            what = f"a {kind or 'empty'} part" + (f" of {part.media_type}" if media_type else "")
+            raise ContentTypeNotSupportedError(
+                message=f"Part {index} is {what}: Switchboard takes text/plain parts only "
+                "(the card's defaultInputModes)."
+            )
+    return get_message_text(message)

@@ -28,6 +28,7 @@ from a2a.types import (
     GetTaskRequest,
     ListTaskPushNotificationConfigsRequest,
     ListTasksRequest,
+    Part,
     Role,
     SendMessageConfiguration,
     SendMessageRequest,
@@ -38,6 +39,7 @@ from a2a.types import (
 )
 from a2a.utils.errors import (
     JSON_RPC_ERROR_CODE_MAP,
+    ContentTypeNotSupportedError,
     ExtendedAgentCardNotConfiguredError,
     InvalidParamsError,
     TaskNotCancelableError,
@@ -45,6 +47,7 @@ from a2a.utils.errors import (
     UnsupportedOperationError,
 )
 from google.protobuf.json_format import MessageToDict, ParseDict
+from google.protobuf.struct_pb2 import Value
 from litestar import Litestar
 
 from app.asgi import create_app
@@ -293,6 +296,33 @@ async def test_without_a_context_the_users_recent_session_continues(
         await collect(a2a_blocking.send_message(message(PLAN, context_id="nope")))
     with pytest.raises(InvalidParamsError):
         await collect(a2a_blocking.send_message(message(PLAN, context_id=str(uuid.uuid4()))))
+
+
+async def test_parts_other_than_plain_text_are_refused_before_anything_is_written(
+    http: httpx.AsyncClient, a2a_blocking: Client, agent: AgentServer
+) -> None:
+    await route_to(http, agent)
+    sid = await new_session(http)
+    refused = {
+        "data": Part(data=ParseDict({"plan": ["save"]}, Value())),
+        "file": Part(url="https://example.com/plan.pdf", media_type="application/pdf"),
+        "markdown": Part(text="# plan", media_type="text/markdown"),
+    }
+    for name, part in refused.items():
+        request = message(PLAN, context_id=sid)
+        request.message.parts.append(part)
+        with pytest.raises(ContentTypeNotSupportedError, match="Part 1 is a"):
+            await collect(a2a_blocking.send_message(request))
+        assert agent.requests == [], name
+    session = (await http.get(f"/v1/sessions/{sid}")).json()
+    assert session["version"] == 1
+    assert (await http.get(f"/v1/sessions/{sid}/tasks")).json()["items"] == []
+
+    # Plain text with a charset parameter is plain text.
+    request = message(PLAN, context_id=sid)
+    request.message.parts[0].media_type = "text/plain; charset=utf-8"
+    [event] = await collect(a2a_blocking.send_message(request))
+    assert event.task.status.state == TaskState.TASK_STATE_COMPLETED
 
 
 async def test_a_message_no_agent_task_answers_is_an_a2a_message(
