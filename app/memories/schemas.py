@@ -92,10 +92,13 @@ class MemoryTypeWrite(BaseModel):
     description: Annotated[str, StringConstraints(max_length=500)] = ""
 
 
-class Memory(msgspec.Struct, frozen=True):
+class Memory(msgspec.Struct, frozen=True, gc=False):
     """A stored memory. A msgspec struct, not a dataclass like the other views: lists
     build and encode many of these per request, and a struct does both several times
-    faster than a frozen dataclass (docs/benchmarks.md)."""
+    faster than a frozen dataclass (docs/benchmarks.md). Untracked by the cyclic garbage
+    collector (``gc=False``): its fields are ids, strings, times and decoded JSON, which
+    can never refer back to it, and a list of 20 otherwise set off a young collection
+    every few requests."""
 
     memory_id: UUID
     user_id: UUID

@@ -222,9 +222,10 @@ class Rollback(BaseModel):
     base_version: int | None = Field(default=None, ge=1, le=MAX_VERSION)
 
 
-class Session(msgspec.Struct, frozen=True):
+class Session(msgspec.Struct, frozen=True, gc=False):
     """A session as the API shows it (a msgspec struct, as Memory: built and encoded on
-    most requests)."""
+    most requests; untracked by the cyclic garbage collector as Memory is, for the same
+    reason: nothing it holds can refer back to it)."""
 
     session_id: UUID
     user_id: UUID

@@ -152,3 +152,41 @@ def test_the_standard_otel_variables_configure_tracing(monkeypatch: pytest.Monke
     assert tracing.provider.resource.attributes["service.name"] == "switchboard-eu"
     assert "0.25" in tracing.provider.sampler.get_description()
     tracing.shutdown()
+
+
+@pytest.mark.parametrize(
+    ("sampler", "carrier"),
+    [
+        ("parentbased_always_on", {}),
+        ("parentbased_always_on", {"traceparent": PARENT, "tracestate": "vendor=x"}),
+        ("parentbased_always_on", {"traceparent": f"00-{PARENT_TRACE}-{PARENT_SPAN}-00"}),
+        ("always_off", {}),
+        ("parentbased_always_off", {"traceparent": PARENT}),
+        ("traceidratio", {"traceparent": PARENT}),
+    ],
+)
+def test_without_an_exporter_a_request_span_has_the_context_an_sdk_span_would_have(
+    sampler: str, carrier: dict[str, str]
+) -> None:
+    """Not exporting, a request's span records nothing, but its trace id, flags and
+    tracestate (what the answer, the logs and every call made for it carry) are those
+    the SDK gives its own span under the same sampler."""
+    settings = TracingSettings(traces_sampler=sampler, traces_sampler_arg=0.5)
+    light, sdk = Tracing(settings), Tracing(settings, exporters=[InMemorySpanExporter()])
+    assert not light.exporting
+    assert sdk.exporting
+    parent = propagate.extract(carrier)
+    span = light.request_span("GET", parent)
+    recorded = sdk.request_span("GET", parent)
+    assert not span.is_recording()
+    assert recorded.is_recording() == (recorded.get_span_context().trace_flags.sampled)
+    ours, theirs = span.get_span_context(), recorded.get_span_context()
+    assert ours.is_valid
+    assert not ours.is_remote
+    if carrier:
+        assert format(ours.trace_id, "032x") == format(theirs.trace_id, "032x") == PARENT_TRACE
+    else:
+        assert ours.trace_id != theirs.trace_id  # a new trace each
+    assert ours.span_id != theirs.span_id
+    assert (ours.trace_flags, ours.trace_state) == (theirs.trace_flags, theirs.trace_state)
+    recorded.end()
