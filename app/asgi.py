@@ -159,6 +159,8 @@ def create_app(
                 started.push_async_callback(services.idempotency.stop)
                 await services.breakers.start()
                 started.push_async_callback(services.breakers.stop)
+                await services.agent_directory.start()
+                started.push_async_callback(services.agent_directory.stop)
                 await services.tasks.start()
                 started.push_async_callback(services.tasks.stop)
                 # Started by the first stream; stopped (if it was) before the pool closes.

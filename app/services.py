@@ -17,6 +17,7 @@ import secrets
 import socket
 
 from app.a2a.push import PushConfigs
+from app.agents.directory import AgentDirectory
 from app.agents.service import AgentService
 from app.branches.service import BranchService
 from app.clock import Clock
@@ -87,6 +88,10 @@ class Services:
         self.a2a = A2AClient(
             a2a_http_client(self.outbound, settings.max_body_bytes, tracing=self.tracing)
         )
+        # The agent list the coordinator routes by, kept while LISTEN tells of changes.
+        self.agent_directory = AgentDirectory(
+            database, sync_interval=settings.coordination.breaker_sync_seconds
+        )
         self.agents = AgentService(
             database,
             clock,
@@ -95,6 +100,7 @@ class Services:
             key_cache_seconds=settings.auth.key_cache_seconds,
             cards=self.a2a,
             card_timeout=settings.coordination.card_timeout_seconds,
+            directory=self.agent_directory,
         )
         self.users = UserService(database, clock)
         self.sessions = SessionService(database, clock, settings.sessions)
@@ -176,6 +182,7 @@ class Services:
             self.agent_client,
             self.agent_tasks,
             self.escalation,
+            self.agent_directory,
         )
         lease = settings.webhooks.idempotency_lease
         # One connection per replica, outside the pool: its lock says this process is alive.

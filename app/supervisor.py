@@ -53,8 +53,8 @@ logger = logging.getLogger("switchboard.supervisor")
 STOP_GRACE = 60.0  # seconds a worker gets to finish after SIGTERM (a message waits up to 55)
 NEVER_LISTENED = 3  # a worker's exit code when it ended without having listened
 # Connections a worker may hold outside its pool: the presence lock, and the LISTEN
-# connections of the breakers, the task worker, task waits and event streams.
-DEDICATED_CONNECTIONS = 5
+# connections of the breakers, the agent list, the task worker, task waits and event streams.
+DEDICATED_CONNECTIONS = 6
 
 ServeOne = Callable[[int, Callable[[], None]], None]
 """What a worker runs: ``serve(slot, listening)`` serves until told to stop (SIGTERM) and

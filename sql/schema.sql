@@ -382,6 +382,22 @@ CREATE TABLE agents (
 
 CREATE INDEX agents_intents_idx ON agents USING gin (intents);
 
+-- Any change to agents (a write through any replica, the card refresh, an operator's SQL)
+-- tells every replica, once per statement: each keeps the agent list the coordinator
+-- routes by (app/agents/directory.py) and drops it when told.
+CREATE FUNCTION agents_changed() RETURNS trigger
+    LANGUAGE plpgsql
+AS $$
+BEGIN
+    PERFORM pg_notify('switchboard_agents', '');
+    RETURN NULL;
+END
+$$;
+
+CREATE TRIGGER agents_changed
+    AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON agents
+    FOR EACH STATEMENT EXECUTE FUNCTION agents_changed();
+
 INSERT INTO agents (name, description, roles, timeout_ms, retry_attempts, fallback_strategy, intents, skills)
 VALUES
     ('Intent_Session_Agent', 'classifies what the user wants and keeps session history', '{analytics}',

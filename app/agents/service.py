@@ -9,6 +9,7 @@ from dataclasses import replace
 
 from app.agents import repository as repo
 from app.agents.cards import published_interface, usable_card
+from app.agents.directory import AgentDirectory
 from app.agents.schemas import (
     Agent,
     AgentCard,
@@ -47,6 +48,7 @@ class AgentService:
         key_cache_seconds: float = 0,
         cards: A2AClient | None = None,
         card_timeout: float = 5.0,
+        directory: AgentDirectory | None = None,
     ) -> None:
         self._db = database
         self._clock = clock
@@ -58,6 +60,9 @@ class AgentService:
         # the admin's there.
         self._admin_digest = None if admin_key is None else hash_key(admin_key)
         self._keys = KeyCache(key_cache_seconds)
+        # The coordinator's kept agent list: dropped by every change made here, before its
+        # response is sent (the NOTIFY that also drops it arrives a moment later).
+        self._directory = directory
 
     async def authenticate(self, key_digest: bytes) -> Principal | None:
         """The principal for a key digest, or None if the key is not valid."""
@@ -97,7 +102,7 @@ class AgentService:
             settings = data.model_dump(exclude={"name", "roles", "discover"}, exclude_unset=True)
             if settings:
                 agent = await self._apply_settings(conn, agent, AgentSettings(**settings))
-        self._keys.clear()
+        self._changed()
         if data.discover and agent.url:
             # After the registration is committed: a card that cannot be had is the
             # agent's card_status, not a refused registration.
@@ -126,7 +131,7 @@ class AgentService:
             if agent is None:
                 raise NotFound(f"No agent named {name!r}.")
             updated = await self._apply_settings(conn, agent, data)
-        self._keys.clear()  # roles may have changed
+        self._changed()  # roles may have changed
         return updated
 
     async def disable_agent(self, name: str) -> None:
@@ -134,14 +139,14 @@ class AgentService:
         async with self._db.transaction() as conn:
             if not await repo.disable_agent(conn, name, self._clock.now()):
                 raise NotFound(f"No agent named {name!r}.")
-        self._keys.clear()
+        self._changed()
 
     async def rotate_key(self, name: str) -> AgentWithKey:
         """Issue a new key for an agent (the old one stops working) and re-enable it."""
         key = generate_key()
         async with self._db.transaction() as conn:
             agent = await repo.replace_agent_key(conn, name, hash_key(key), self._clock.now())
-        self._keys.clear()
+        self._changed()
         if agent is None:
             raise NotFound(f"No agent named {name!r}.")
         return AgentWithKey(agent=agent, api_key=key)
@@ -173,6 +178,7 @@ class AgentService:
                 interface.url if interface else None,
                 interface.protocol_version if interface else None,
             )
+        self._invalidate_directory()
         if agent is None:
             raise NotFound(f"No agent named {name!r}.")
         return agent
@@ -269,6 +275,7 @@ class AgentService:
                     card.interface.protocol_version,
                     self._clock.now(),
                 )
+            self._invalidate_directory()
             if stored is None:
                 raise NotFound(f"No agent named {agent.name!r}.")
             return stored
@@ -277,6 +284,7 @@ class AgentService:
             marked = await repo.mark_card_failure(
                 conn, agent.name, status, error, self._clock.now()
             )
+        self._invalidate_directory()
         if marked is None:
             raise NotFound(f"No agent named {agent.name!r}.")
         if strict and raised is not None:
@@ -303,6 +311,15 @@ class AgentService:
                     skills[skill_id] = entry
                 entry.agents.append(agent.name)
         return sorted(skills.values(), key=lambda s: s.skill_id)
+
+    def _changed(self) -> None:
+        """After a change to agents, keys or roles: forget resolved keys and the kept list."""
+        self._keys.clear()
+        self._invalidate_directory()
+
+    def _invalidate_directory(self) -> None:
+        if self._directory is not None:
+            self._directory.invalidate()
 
     async def _apply_settings(self, conn: Connection, agent: Agent, data: AgentSettings) -> Agent:
         changes = data.model_dump(mode="json", exclude_unset=True)

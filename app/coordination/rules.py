@@ -54,6 +54,16 @@ class RulesService:
         self._next_steps: tuple[NextStepRule, ...] = ()
         self._loaded_at = 0.0
 
+    def kept(self, serving: dict[str, str]) -> Rules | None:
+        """The rules as ``current`` would give them, when that needs no read; else None."""
+        rules = self._rules
+        if rules is None or time.monotonic() - self._loaded_at >= self._cache_seconds:
+            return None
+        if rules.intents.intent_agents != serving:
+            rules = Rules(self._rule_data.rules(serving), self._fallback_data, self._next_steps)
+            self._rules = rules
+        return rules
+
     async def current(self, conn: Connection, serving: dict[str, str]) -> Rules:
         """The rules, re-read on ``conn`` when older than the cache window (or changed here),
         with ``serving`` (intent -> agent) as the agents are now."""

@@ -25,7 +25,7 @@ from uuid import UUID
 
 import msgspec
 
-from app.agents import repository as agents_repo
+from app.agents.directory import AgentDirectory
 from app.agents.schemas import Agent
 from app.auth.principal import Principal
 from app.clock import Clock
@@ -149,8 +149,10 @@ class CoordinationService:
         agents: AgentClient,
         agent_tasks: AgentTasks,
         escalation: EscalationService,
+        directory: AgentDirectory,
     ) -> None:
         self._db = database
+        self._directory = directory
         self._clock = clock
         self._settings = settings
         self._sessions = sessions
@@ -282,7 +284,9 @@ class CoordinationService:
         and wait for it (or answer with its fallback), then write the session change and
         its decision with one statement (to ``target``: the session or a branch)."""
         started = time.monotonic()
-        content_of(session)  # a session that cannot be written is refused before any work
+        # A session that cannot be written is refused before any work; its typed content
+        # (validated once here) is the base the turn is decided and written on.
+        base = content_of(session)
         loaded, agents = await self._load()
         rules = loaded.intents
         flags = sorted(caller_flags | session_flags(session))
@@ -326,12 +330,13 @@ class CoordinationService:
         # What the session does next, decided on the turn as it will be written; stored
         # with the turn's decision.
         decided = await self._escalation.decide(
-            session.session_id, self._step_event(session, outcome, turn), loaded.next_steps
+            session.session_id, self._step_event(session, base, outcome, turn), loaded.next_steps
         )
         decision = msgspec.structs.replace(decision, next_step=decided.record)
 
         def mutate(current: Session, now: datetime) -> tuple[SessionContent, str]:
-            return apply_turn(content_of(current), now, turn)
+            # The session as read is not validated twice; a newer one (a race) is.
+            return apply_turn(base if current is session else content_of(current), now, turn)
 
         # The decision is stored by the statement that writes the session (same version).
         updated, decision_id = await target.write(
@@ -355,9 +360,11 @@ class CoordinationService:
         result = outcome.result(updated, decision_id, rules, _ms_since(started), target.branch)
         return replace(result, next_step=decided.record, session_status=status)
 
-    def _step_event(self, session: Session, outcome: TurnOutcome, turn: Turn) -> StepEvent:
-        """The turn as the next-step decision reads it."""
-        after, _ = apply_turn(content_of(session), self._clock.now(), turn)
+    def _step_event(
+        self, session: Session, base: SessionContent, outcome: TurnOutcome, turn: Turn
+    ) -> StepEvent:
+        """The turn as the next-step decision reads it (``base``: the session's content)."""
+        after, _ = apply_turn(base, self._clock.now(), turn)
         first = outcome.steps[0] if outcome.steps else None
         last = turn.steps[-1] if turn.steps else None
         kind = outcome.kind
@@ -596,9 +603,15 @@ class CoordinationService:
         return session
 
     async def _load(self) -> tuple[Rules, list[Agent]]:
-        """The agents (always fresh) and the rules (cached briefly by ``RulesService``)."""
+        """The agents (as the table is: ``AgentDirectory`` keeps them until told of a change)
+        and the rules (cached briefly by ``RulesService``)."""
+        kept = self._directory.kept()
+        if kept is not None:
+            rules = self._rules.kept(intent_agents(kept))
+            if rules is not None:  # both in hand: no connection taken
+                return rules, kept
         async with self._db.connection() as conn:
-            agents = await agents_repo.list_agents(conn)
+            agents = await self._directory.agents(conn)
             rules = await self._rules.current(conn, intent_agents(agents))
         return rules, agents
 

@@ -5,6 +5,7 @@ to one of these paths fails here and has to say why."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 from uuid import uuid4
@@ -86,9 +87,10 @@ EXPECTED = {
     "POST memory": 1,
     # The key's claim; then, in one transaction, the write and its sealed answer.
     "webhook memory": 5,
-    # Session read; agents; next-step counters; the UPDATE with its decision row (the A2A
-    # task awaiting input is looked for only when an enabled agent speaks A2A).
-    "message": 4,
+    # Session read; next-step counters; the UPDATE with its decision row (the agents are
+    # kept per replica until a change is announced, app/agents/directory.py; the A2A task
+    # awaiting input is looked for only when an enabled agent speaks A2A).
+    "message": 3,
 }
 
 
@@ -107,6 +109,9 @@ async def test_write_paths_send_their_counted_round_trips(
     ).status_code == 200
     opened = await client.post("/v1/agents/Educate_Customer_Agent/breaker", json={"state": "open"})
     assert opened.status_code == 200, opened.text
+    # The agents' change (above) is announced by NOTIFY: heard before the caches warm, so
+    # it does not drop the kept agent list between the warm-up message and the counted one.
+    await asyncio.sleep(0.3)
     paths: dict[str, Callable[[], Awaitable[httpx.Response]]] = {
         "PATCH session": lambda: agent.patch(
             f"/v1/sessions/{sid}",

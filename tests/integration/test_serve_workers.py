@@ -264,7 +264,7 @@ async def test_more_connections_than_postgresql_allows_is_refused_at_start(
     )
     assert ran.returncode == 1
     line = ran.stderr.strip().splitlines()[-1]
-    assert line.startswith("switchboard: error: 2 workers may open 20010 connections"), ran.stderr
+    assert line.startswith("switchboard: error: 2 workers may open 20012 connections"), ran.stderr
     assert "max_connections" in line
 
 

@@ -54,8 +54,8 @@ def test_the_command_line_takes_a_count_or_auto() -> None:
 
 
 def test_connections_needed_counts_the_pool_and_the_dedicated_ones() -> None:
-    assert connections_needed(1, 10) == 15
-    assert connections_needed(4, 10) == 60
+    assert connections_needed(1, 10) == 16
+    assert connections_needed(4, 10) == 64
 
 
 def test_a_private_metrics_directory_is_made_and_removed(
