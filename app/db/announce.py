@@ -60,6 +60,7 @@ class Announcer:
         self._listeners: dict[str, list[OnAnnounce]] = {}
         self._pending: dict[str, set[str]] = {}
         self._sender: asyncio.Task[None] | None = None
+        self._closed = False
         self.notifies_sent = 0  # statements sent (tests, metrics)
         # An empty payload goes out as this token, so this process's own listeners can
         # skip the echo of what they were told at the commit (one Database per process:
@@ -107,6 +108,8 @@ class Announcer:
                 except Exception:  # one bad listener must not stop the others
                     logger.warning("a listener of %s failed", channel, exc_info=True)
             self._pending.setdefault(channel, set()).add(payload)
+        if self._closed:
+            return  # the pool is closing: the other processes' timers find it
         if self._sender is None or self._sender.done():
             # A context of its own: the sender outlives the request that started it.
             self._sender = asyncio.get_running_loop().create_task(
@@ -122,12 +125,21 @@ class Announcer:
                 await self._send(channels, payloads)
                 self.notifies_sent += 1
             except Exception:
-                # The database is away: the listeners' timers find what was announced.
+                # The database is away (or the pool stayed full): the batch goes back, to be
+                # sent with the next commit's; meanwhile the listeners' timers find it.
+                for channel, values in pending.items():
+                    self._pending.setdefault(channel, set()).update(values)
                 logger.warning("announcing a commit failed", exc_info=True)
                 return
 
+    def reopen(self) -> None:
+        """The pool is (re)opened: commits are told again."""
+        self._closed = False
+
     async def close(self) -> None:
-        """Send what is pending (briefly), then stop."""
+        """Send what is pending (briefly), then stop: a commit told after this starts no
+        sender (the pool it would borrow from is closing)."""
+        self._closed = True
         sender, self._sender = self._sender, None
         if sender is not None and not sender.done():
             try:

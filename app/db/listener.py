@@ -87,10 +87,19 @@ class Listener:
 
     async def _connect(self) -> None:
         await self._close()
-        self._conn = await asyncpg.connect(
+        conn = await asyncpg.connect(
             self._url, server_settings={"application_name": "switchboard-listener"}
         )
-        await self._conn.add_listener(self.channel, self._deliver)
+        try:
+            await conn.add_listener(self.channel, self._deliver)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(conn.close(), timeout=2)
+            raise
+        # Only now ``listening``: a caller that keeps what it read while it can be told of
+        # changes (app/agents/directory.py) must not trust the connection before its LISTEN
+        # is in place, and the catch-up that follows (``_keep``) runs without yielding.
+        self._conn = conn
 
     def _deliver(self, _conn: object, _pid: int, _channel: str, payload: object) -> None:
         try:

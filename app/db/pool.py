@@ -70,6 +70,7 @@ class Database:
 
     async def open(self) -> None:
         """Create the pool. Connections are made lazily beyond ``pool_min_size``."""
+        self.announcer.reopen()
         self._pool = await asyncpg.create_pool(
             self._url,
             min_size=self._settings.pool_min_size,

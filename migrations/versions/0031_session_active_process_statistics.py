@@ -24,6 +24,9 @@ depends_on = None
 UPGRADE = r"""
 CREATE STATISTICS session_coordination_active_process_stats
     ON ((session_state ->> 'active_process')) FROM session_coordination;
+-- CREATE STATISTICS builds nothing: without this the planner keeps guessing until the
+-- next auto-analyze, and the sweep keeps its whole-table plan on a deployed database.
+ANALYZE session_coordination;
 """
 
 DOWNGRADE = r"""
