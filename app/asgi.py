@@ -134,7 +134,7 @@ def create_app(
         else None
     )
     scheduler = (
-        Scheduler(services.jobs, services.events, services.tracing)
+        Scheduler(services.jobs, services.events, services.event_hub, services.tracing)
         if (settings.scheduler.enabled if run_scheduler is None else run_scheduler)
         else None
     )

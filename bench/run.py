@@ -33,6 +33,7 @@ import sys
 import tempfile
 import time
 import timeit
+import traceback
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
@@ -1020,8 +1021,28 @@ def run(
         "settings": asdict(mode),
         "machine": machine(url),
     }
+    out = ROOT / "bench" / "results" / f"{started:%Y-%m-%d}{'-quick' if args.quick else ''}.json"
+    partial = out.with_suffix(".partial.json")
+    failed: list[str] = []
     for part in args.only or list(measures):
-        result[part] = measures[part]()
+        if args.only:
+            result[part] = measures[part]()
+            continue
+        # A whole run takes most of an hour: one part's failure must not lose the others.
+        # Each part's result goes to the partial file as soon as it is measured; a part that
+        # fails is recorded as failed, and the run goes on to the next.
+        try:
+            result[part] = measures[part]()
+        except Exception as exc:
+            failed.append(part)
+            result[part] = {"failed": f"{type(exc).__name__}: {exc}"}
+            print(f"bench: the {part} part failed; going on", file=sys.stderr)
+            traceback.print_exc()
+        partial.write_text(json.dumps(result, indent=2) + "\n")
+    if failed:
+        # Not a record: a record holds every part. What was measured stays in the partial
+        # file (ignored by git) for reading.
+        sys.exit(f"bench: failed: {', '.join(failed)}; what was measured is in {partial}")
     if args.only:
         # A partial run is for finding bottlenecks; only whole runs are recorded.
         print(json.dumps(result, indent=2))
@@ -1036,8 +1057,8 @@ def run(
     db["switchboard POST memory / raw insert"] = round(
         http16["POST /v1/memories (1 KiB)"]["rps"] / db["raw inserts/s"], 3
     )
-    out = ROOT / "bench" / "results" / f"{started:%Y-%m-%d}{'-quick' if args.quick else ''}.json"
     out.write_text(json.dumps(result, indent=2) + "\n")
+    partial.unlink(missing_ok=True)
     print(markdown(result))
     print(f"\nwritten: {out.relative_to(ROOT)}")
 

@@ -94,6 +94,10 @@ class EventHub:
         self._stopping = asyncio.Event()
         self._pump_task: asyncio.Task[None] | None = None
         self._start_lock = asyncio.Lock()
+        # The process's numbering runs (``number_committed``): the one in flight, and the
+        # one queued behind it that every caller arriving meanwhile shares.
+        self._numbering: asyncio.Task[None] | None = None
+        self._numbering_next: asyncio.Task[None] | None = None
         # Set by ``end_streams``: the server stops, every stream (even a new one) ends.
         self._ending = False
         self._listener = Listener(
@@ -124,6 +128,10 @@ class EventHub:
         async with self._start_lock:
             if self._pump_task is not None:
                 return
+            # What committed before the process's first stream is history, read from the
+            # table by a catch-up, not news: it is numbered before the last position is
+            # read, or the pump would offer all of it to every new stream (and evict them).
+            await self.number_committed()
             async with self._db.connection() as conn:
                 self._last = await repo.last_position(conn)
             self._stopping.clear()
@@ -208,8 +216,32 @@ class EventHub:
                 self._wake.set()
 
     async def number_committed(self) -> None:
-        """Give every committed event its position (whichever replica's turn comes first
-        numbers it; the others find nothing left)."""
+        """Give every event committed before the call its position (whichever replica's
+        turn comes first numbers it; the others find nothing left).
+
+        The process's callers share runs: a run already in flight may have passed the
+        caller's commits, so a caller waits for the next run, which starts once the one in
+        flight ends and serves everyone who came meanwhile. Each run holds one pool
+        connection while it waits for the numbering's turn (an advisory lock), so a
+        hundred streams opening at once hold one connection, not the whole pool. A caller
+        that goes away (its client disconnected) does not cancel the run the others wait for."""
+        run = self._numbering_next
+        if run is None:
+            run = asyncio.get_running_loop().create_task(
+                self._number_after(self._numbering),
+                name="event-numbering",
+                # Shared by many requests: it runs in none of their traces.
+                context=contextvars.Context(),
+            )
+            run.add_done_callback(_retrieve)
+            self._numbering_next = run
+        await asyncio.shield(run)
+
+    async def _number_after(self, previous: asyncio.Task[None] | None) -> None:
+        if previous is not None:
+            await asyncio.wait([previous])  # its outcome is its own callers'
+        self._numbering = self._numbering_next
+        self._numbering_next = None
         batch = self._settings.batch
         while True:
             async with self._db.transaction() as conn:
@@ -236,3 +268,10 @@ class EventHub:
                 self._subscribers.discard(subscriber)
                 self.evictions += 1
                 logger.info("an event stream read too slowly and was disconnected")
+
+
+def _retrieve(run: asyncio.Task[None]) -> None:
+    """A numbering run's failure reaches its callers; retrieved here too, so that a run
+    whose callers all went away does not log 'exception never retrieved'."""
+    if not run.cancelled():
+        run.exception()

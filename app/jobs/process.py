@@ -21,7 +21,7 @@ async def run_scheduler(settings: Settings) -> None:
     database = Database(runtime.database_url(settings), settings.database)
     await database.open()
     services = build_services(settings, database, SystemClock())
-    scheduler = Scheduler(services.jobs, services.events, services.tracing)
+    scheduler = Scheduler(services.jobs, services.events, services.event_hub, services.tracing)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

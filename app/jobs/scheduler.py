@@ -8,6 +8,7 @@ import logging
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
+from app.events.hub import EventHub
 from app.events.service import EventService
 from app.jobs.service import JobService
 from app.jobs.table import JOBS
@@ -19,9 +20,12 @@ logger = logging.getLogger("switchboard.scheduler")
 class Scheduler:
     """Triggers jobs on their intervals and delivers events; calls services only."""
 
-    def __init__(self, jobs: JobService, events: EventService, tracing: Tracing) -> None:
+    def __init__(
+        self, jobs: JobService, events: EventService, hub: EventHub, tracing: Tracing
+    ) -> None:
         self._jobs = jobs
         self._events = events
+        self._hub = hub
         self._tracing = tracing
         self._scheduler = AsyncIOScheduler(timezone="UTC")
 
@@ -44,6 +48,19 @@ class Scheduler:
             "interval",
             seconds=settings.delivery_interval.total_seconds(),
             id="event_delivery",
+            max_instances=1,
+            coalesce=True,
+        )
+        # Events get their positions here too, not only from a process that serves streams:
+        # where nobody streams for days, the events of every write would pile up unnumbered,
+        # and the first stream to open would have to number all of them (a million after an
+        # expiry sweep of a million sessions) before it could start. Every replica runs it;
+        # the numbering's advisory lock lets one at a time through, the others find nothing.
+        self._scheduler.add_job(
+            self._number,
+            "interval",
+            seconds=settings.delivery_interval.total_seconds(),
+            id="event_numbering",
             max_instances=1,
             coalesce=True,
         )
@@ -89,3 +106,10 @@ class Scheduler:
                 await self._events.deliver_due()
             except Exception:
                 logger.exception("event delivery failed; will retry", extra={"job": "delivery"})
+
+    async def _number(self) -> None:
+        with self._tracing.span("job event_numbering"):
+            try:
+                await self._hub.number_committed()
+            except Exception:
+                logger.exception("numbering events failed; will retry", extra={"job": "numbering"})

@@ -1,0 +1,141 @@
+"""Giving events their positions when many ask at once, after a quiet spell, or when nobody
+streams: callers in one process share numbering runs (a hundred streams opening over a
+backlog hold one pool connection, not the whole pool), a process's first stream does not
+get the backlog as news, and the scheduler numbers events where no stream is open."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from datetime import timedelta
+
+import asyncpg
+
+from app.asgi import create_app
+from app.db.pool import Database
+from app.events.hub import EventHub
+from app.settings import DatabaseSettings, SchedulerSettings, Settings, StreamSettings
+from tests.conftest import ADMIN_KEY, lifespan_of
+
+BATCH = 500
+
+
+async def _backlog(database_url: str, events: int) -> None:
+    """``events`` committed events nobody has numbered (as after a sweep while no process
+    served a stream)."""
+    conn = await asyncpg.connect(database_url)
+    try:
+        await conn.execute(
+            "INSERT INTO outbox_events (event_type, payload) "
+            "SELECT 'memory.purged', jsonb_build_object('n', n) FROM generate_series(1, $1) n",
+            events,
+        )
+    finally:
+        await conn.close()
+
+
+async def _unnumbered(conn: asyncpg.Connection) -> int:
+    count: int = await conn.fetchval("SELECT count(*) FROM outbox_events WHERE position IS NULL")
+    return count
+
+
+async def test_streams_opening_at_once_over_a_backlog_share_one_numbering_run(
+    database_url: str,
+) -> None:
+    """Fifty callers (streams opening) over 5,000 unnumbered events, with a pool of three
+    and a short acquire timeout: one numbering run serves them all. Each caller numbering
+    for itself held a connection while it waited for the numbering's lock, so the pool ran
+    dry and streams were refused (503) for as long as the backlog took."""
+    await _backlog(database_url, 5_000)
+    conn = await asyncpg.connect(database_url)
+    try:
+        # Count the calls of outbox_sequence() by the server's function statistics, kept for
+        # every connection to this test's database from now on.
+        name = await conn.fetchval("SELECT current_database()")
+        await conn.execute(f"ALTER DATABASE \"{name}\" SET track_functions = 'pl'")
+    finally:
+        await conn.close()
+    database = Database(
+        database_url,
+        DatabaseSettings(pool_min_size=1, pool_max_size=3, acquire_timeout=0.5),
+    )
+    await database.open()
+    hub = EventHub(database, StreamSettings(batch=BATCH))
+    try:
+        await asyncio.gather(*(hub.number_committed() for _ in range(50)))
+    finally:
+        await database.close()  # the backends exit and flush their function statistics
+    conn = await asyncpg.connect(database_url)
+    try:
+        assert await _unnumbered(conn) == 0
+        calls = 0
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:  # a backend's exit flushes a moment after close
+            calls = await conn.fetchval(
+                "SELECT coalesce(sum(calls), 0) FROM pg_stat_user_functions "
+                "WHERE funcname = 'outbox_sequence'"
+            )
+            if calls > 5_000 // BATCH:
+                break
+            await asyncio.sleep(0.1)
+        await asyncio.sleep(0.3)  # any straggler's flush
+        calls = await conn.fetchval(
+            "SELECT coalesce(sum(calls), 0) FROM pg_stat_user_functions "
+            "WHERE funcname = 'outbox_sequence'"
+        )
+    finally:
+        await conn.close()
+    # One run: ten full batches and the one that finds the rest empty.
+    assert calls == 5_000 // BATCH + 1
+
+
+async def test_the_first_stream_does_not_get_the_backlog_as_news(database_url: str) -> None:
+    """Events committed before a process's first stream are history (a catch-up reads them
+    from the table); the pump offers only what comes after. Offered as news, 2,000 of them
+    overflowed every new stream's queue and evicted it."""
+    await _backlog(database_url, 2_000)
+    database = Database(database_url, DatabaseSettings(pool_min_size=1, pool_max_size=3))
+    await database.open()
+    hub = EventHub(database, StreamSettings(batch=BATCH, queue_events=16, sync_seconds=0.2))
+    try:
+        await hub.start()
+        subscriber = hub.subscribe(lambda _event: True)
+        conn = await asyncpg.connect(database_url)
+        try:
+            assert await _unnumbered(conn) == 0
+            news = await conn.fetchval(
+                "INSERT INTO outbox_events (event_type, payload) "
+                "VALUES ('memory.purged', '{\"news\": true}') RETURNING event_id::text"
+            )
+        finally:
+            await conn.close()
+        # Written with psql's means (nobody announces it): the pump's timer finds it.
+        await asyncio.wait_for(subscriber.ready.wait(), 10)
+        assert not subscriber.evicted.is_set()
+        assert len(subscriber.queue) == 1
+        assert news.encode() in subscriber.queue[0].frame
+    finally:
+        await hub.stop()
+        await database.close()
+
+
+async def test_the_scheduler_numbers_events_where_nobody_streams(database_url: str) -> None:
+    """No process serves a stream: the scheduler numbers committed events all the same, so
+    they do not pile up for the first stream to open."""
+    settings = Settings(
+        database=DatabaseSettings(pool_min_size=1, pool_max_size=3),
+        scheduler=SchedulerSettings(delivery_interval=timedelta(milliseconds=200)),
+    )
+    app = create_app(settings, database_url=database_url, admin_key=ADMIN_KEY, run_scheduler=True)
+    async with lifespan_of(app):
+        assert not app.state.event_hub.started
+        await _backlog(database_url, 1_200)
+        conn = await asyncpg.connect(database_url)
+        try:
+            deadline = time.monotonic() + 15
+            while await _unnumbered(conn):
+                assert time.monotonic() < deadline, "the scheduler never numbered the events"
+                await asyncio.sleep(0.1)
+        finally:
+            await conn.close()
+        assert not app.state.event_hub.started  # numbered with no stream and no pump
