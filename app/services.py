@@ -100,7 +100,6 @@ class Services:
             key_cache_seconds=settings.auth.key_cache_seconds,
             cards=self.a2a,
             card_timeout=settings.coordination.card_timeout_seconds,
-            directory=self.agent_directory,
         )
         self.users = UserService(database, clock)
         self.sessions = SessionService(database, clock, settings.sessions)

@@ -384,12 +384,20 @@ CREATE INDEX agents_intents_idx ON agents USING gin (intents);
 
 -- Any change to agents (a write through any replica, the card refresh, an operator's SQL)
 -- tells every replica, once per statement: each keeps the agent list the coordinator
--- routes by (app/agents/directory.py) and drops it when told.
+-- routes by (app/agents/directory.py) and drops it when told. A Switchboard pool asks for
+-- DEBUG messages (app/db/pool.py) and hears the announcement: its process drops the list
+-- after the commit and NOTIFYs the others from a statement of its own, so the writing
+-- transaction queues no NOTIFY. psql and other tools hear nothing, so their statement
+-- NOTIFYs (agents change rarely: the lock a NOTIFY takes at commit costs nothing here).
 CREATE FUNCTION agents_changed() RETURNS trigger
     LANGUAGE plpgsql
 AS $$
 BEGIN
-    PERFORM pg_notify('switchboard_agents', '');
+    IF current_setting('client_min_messages') LIKE 'debug%' THEN
+        PERFORM announce_after_commit('switchboard_agents', '');
+    ELSE
+        PERFORM pg_notify('switchboard_agents', '');
+    END IF;
     RETURN NULL;
 END
 $$;
