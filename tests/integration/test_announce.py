@@ -179,18 +179,29 @@ async def test_a_read_announces_nothing(writer: Database) -> None:
 async def test_the_writers_hub_skips_the_echo_of_its_own_notify(
     database_url: str, writer: Database, other: Database
 ) -> None:
-    """The writer's NOTIFY carries its origin: the other pool's hub takes it, the writer's
-    own (told at the commit already) does not pump again for it."""
+    """The writer's NOTIFY carries its origin: the writer's own hub, woken at the commit,
+    does not pump again when the echo arrives; another pool's hub pumps for it."""
     heard: list[str] = []
     listening = await asyncpg.connect(database_url)
     await listening.add_listener(CHANNEL, lambda *args: heard.append(args[3]))
+    here, subscriber = await started_hub(writer, NEVER)
+    there, elsewhere = await started_hub(other, NEVER)
     try:
-        await write_event(writer)
-        await asyncio.sleep(0.5)
+        before = here.passes, there.passes
+        marker = await write_event(writer)
+        await arrival(subscriber, marker, within=5)
+        await arrival(elsewhere, marker, within=5)
+        deadline = time.monotonic() + 5
+        while not heard:
+            assert time.monotonic() < deadline, "the writer sent no NOTIFY"
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.3)  # the echo reached both hubs' LISTEN connections too
         assert heard == [writer.announcer.origin]
-        assert not writer.announcer.from_elsewhere(heard[0])
-        assert other.announcer.from_elsewhere(heard[0])
+        assert there.passes - before[1] == 1  # woken by the NOTIFY alone
+        assert here.passes - before[0] == 1  # woken by the commit, not again by its echo
     finally:
+        await there.stop()
+        await here.stop()
         await listening.close()
 
 
