@@ -531,6 +531,30 @@ async def test_retention_walks_on_past_batches_of_expired_patterns(
     assert [r["expires_at"] - now for r in left] == [timedelta(minutes=5)]
 
 
+async def test_a_retention_batch_steps_over_expired_patterns_instead_of_taking_nothing(
+    client: httpx.AsyncClient, frozen_clock: FrozenClock, database: Database, database_url: str
+) -> None:
+    """Expired interaction patterns first in the expiry order (archived, not deleted): the
+    first batch steps over them to the first memory and takes two, and once only patterns
+    are left the walk ends without a batch that deletes nothing."""
+    user = await create_user(client)
+    now = frozen_clock.now()
+    await insert_expiring_memories(
+        database_url,
+        user,
+        now,
+        ["interaction_patterns"] * 3 + ["session_data"] * 3 + ["interaction_patterns"],
+        [-10, -9, -8, -5, -4, -3, -1],
+    )
+    reached = now - timedelta(minutes=4)
+    async with database.transaction() as conn:
+        assert await memories_repo.delete_expired(conn, now, 2, None) == (2, reached)
+        assert await memories_repo.delete_expired(conn, now, 2, reached) == (1, now - timedelta(minutes=1))
+        assert await memories_repo.delete_expired(conn, now, 2, now - timedelta(minutes=1)) == (0, None)
+    left = await rows(database_url, "SELECT category FROM memories WHERE expires_at < $1", now)
+    assert [r["category"] for r in left] == ["interaction_patterns"] * 4
+
+
 async def test_housekeeping_purges_what_the_service_recorded_past_its_retention(
     client: httpx.AsyncClient, frozen_clock: FrozenClock, make_replica: Any, database_url: str
 ) -> None:
