@@ -16,6 +16,7 @@ import os
 import secrets
 import socket
 
+from app.a2a.messages import A2AMessages
 from app.a2a.push import PushConfigs
 from app.agents.directory import AgentDirectory
 from app.agents.service import AgentService
@@ -194,6 +195,8 @@ class Services:
         self.idempotency = IdempotencyService(
             database, clock, settings.webhooks.idempotency_ttl, lease, self.presence
         )
+        # A2A messages resent with the same messageId are answered once (the same keys).
+        self.a2a_messages = A2AMessages(database, self.tasks, self.idempotency)
         # The jobs call the sweeps of the services above (app/jobs/table.py), found on this
         # object when a job runs.
         self.jobs = JobService(database, clock, settings.scheduler, replica, self)
