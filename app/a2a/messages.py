@@ -78,9 +78,7 @@ class A2AMessages:
             body = {"task_id": answer.id}
             assert seal is not None  # a keyed run hands one
             async with self._db.transaction() as conn:
-                await conn.execute(
-                    Q.keep_client_message_id, UUID(answer.id), message.message_id
-                )
+                await conn.execute(Q.keep_client_message_id, UUID(answer.id), message.message_id)
                 await seal(conn, body)
             answer.history[0].message_id = message.message_id
             return 200, body
@@ -97,5 +95,7 @@ class A2AMessages:
         if sent:
             return sent[0]
         if "message" in stored.body:
-            return ParseDict(stored.body["message"], Message())
+            replayed = Message()
+            ParseDict(stored.body["message"], replayed)
+            return replayed
         return a2a_task(await self._tasks.get(UUID(stored.body["task_id"])))

@@ -7,12 +7,13 @@ Escalating is one SQL function, ``session_escalate`` (schema.sql): the session b
 often, the last errors), and the event ``session.escalated`` is written with them. A task's
 dead letter calls the same function. A failure that asks for a person while the session
 already waits for one is recorded the same way (a decision on its current version, the
-event with ``already_escalated``), so the person sees every failure, not only the first. While a session is escalated nothing processes it:
-its messages and queued actions get 409 (CoordinationService), the task workers leave its
-tasks queued (``agent_task_held`` in the claim), and time does not idle or expire it
-(``session_may_lapse``). ``POST /v1/sessions/{id}/resolve`` ends it: active again (a new
-version), the resolution in the decision log, the event ``session.resolved``, and the
-workers woken to run the held tasks.
+event with ``already_escalated``), so the person sees every failure, not only the first.
+While a session is escalated nothing processes it: its messages and queued actions get 409
+(CoordinationService), the task workers leave its tasks queued (``agent_task_held`` in the
+claim), and time does not idle or expire it (``session_may_lapse``).
+``POST /v1/sessions/{id}/resolve`` ends it: active again (a new version), the resolution in
+the decision log, the event ``session.resolved``, and the workers woken to run the held
+tasks.
 """
 
 from __future__ import annotations

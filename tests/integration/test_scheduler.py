@@ -546,11 +546,11 @@ async def test_a_retention_batch_steps_over_expired_patterns_instead_of_taking_n
         ["interaction_patterns"] * 3 + ["session_data"] * 3 + ["interaction_patterns"],
         [-10, -9, -8, -5, -4, -3, -1],
     )
-    reached = now - timedelta(minutes=4)
+    reached, last = now - timedelta(minutes=4), now - timedelta(minutes=1)
     async with database.transaction() as conn:
         assert await memories_repo.delete_expired(conn, now, 2, None) == (2, reached)
-        assert await memories_repo.delete_expired(conn, now, 2, reached) == (1, now - timedelta(minutes=1))
-        assert await memories_repo.delete_expired(conn, now, 2, now - timedelta(minutes=1)) == (0, None)
+        assert await memories_repo.delete_expired(conn, now, 2, reached) == (1, last)
+        assert await memories_repo.delete_expired(conn, now, 2, last) == (0, None)
     left = await rows(database_url, "SELECT category FROM memories WHERE expires_at < $1", now)
     assert [r["category"] for r in left] == ["interaction_patterns"] * 4
 
