@@ -262,6 +262,7 @@ def create_app(
                         services.webhooks,
                         AgentTaskStore(services.tasks),
                         services.push_configs,
+                        services.a2a_messages,
                     )
                 ),
                 BODY_LIMIT_STATE: settings.max_body_bytes,

@@ -16,6 +16,7 @@ import os
 import secrets
 import socket
 
+from app.a2a.messages import A2AMessages
 from app.a2a.push import PushConfigs
 from app.agents.directory import AgentDirectory
 from app.agents.service import AgentService
@@ -100,7 +101,6 @@ class Services:
             key_cache_seconds=settings.auth.key_cache_seconds,
             cards=self.a2a,
             card_timeout=settings.coordination.card_timeout_seconds,
-            directory=self.agent_directory,
         )
         self.users = UserService(database, clock)
         self.sessions = SessionService(database, clock, settings.sessions)
@@ -195,6 +195,8 @@ class Services:
         self.idempotency = IdempotencyService(
             database, clock, settings.webhooks.idempotency_ttl, lease, self.presence
         )
+        # A2A messages resent with the same messageId are answered once (the same keys).
+        self.a2a_messages = A2AMessages(database, self.tasks, self.idempotency)
         # The jobs call the sweeps of the services above (app/jobs/table.py), found on this
         # object when a job runs.
         self.jobs = JobService(database, clock, settings.scheduler, replica, self)

@@ -384,12 +384,20 @@ CREATE INDEX agents_intents_idx ON agents USING gin (intents);
 
 -- Any change to agents (a write through any replica, the card refresh, an operator's SQL)
 -- tells every replica, once per statement: each keeps the agent list the coordinator
--- routes by (app/agents/directory.py) and drops it when told.
+-- routes by (app/agents/directory.py) and drops it when told. A Switchboard pool asks for
+-- DEBUG messages (app/db/pool.py) and hears the announcement: its process drops the list
+-- after the commit and NOTIFYs the others from a statement of its own, so the writing
+-- transaction queues no NOTIFY. psql and other tools hear nothing, so their statement
+-- NOTIFYs (agents change rarely: the lock a NOTIFY takes at commit costs nothing here).
 CREATE FUNCTION agents_changed() RETURNS trigger
     LANGUAGE plpgsql
 AS $$
 BEGIN
-    PERFORM pg_notify('switchboard_agents', '');
+    IF current_setting('client_min_messages') LIKE 'debug%' THEN
+        PERFORM announce_after_commit('switchboard_agents', '');
+    ELSE
+        PERFORM pg_notify('switchboard_agents', '');
+    END IF;
     RETURN NULL;
 END
 $$;
@@ -1768,8 +1776,12 @@ CREATE TRIGGER session_coordination_completed_escalated
 -- Manual intervention: session `sid` marked escalated at `at` (a new version by `actor`,
 -- when it is active or idle), the decision that records why (outcome 'escalated', message
 -- `why`, the context in response.output_data, the next-step decision in next_step) and
--- the event session.escalated, in one statement. Returns the decision's id; NULL when the
--- session is not active or idle (already escalated, completed, gone): nothing is written.
+-- the event session.escalated, in one statement. A failure that asks for a person while
+-- the session already waits for one (a task that was running, a dead letter) is recorded
+-- the same way, on the version the session is at (no new version: nothing changed but
+-- the news), its event marked `already_escalated`: the person sees every failure, not
+-- only the first. Returns the decision's id; NULL when the session is neither active,
+-- idle nor escalated (completed, gone): nothing is written.
 -- The one way the server escalates: the coordinator's next-step decision
 -- (app/coordination/escalation.py) and a task's dead letter both come here.
 CREATE FUNCTION session_escalate(
@@ -1783,6 +1795,11 @@ AS $$
         SET status = 'escalated', version = c.version + 1, updated_at = at
         WHERE c.session_id = sid AND c.status IN ('active', 'idle')
         RETURNING c.*
+    ), already AS (
+        -- The statement's snapshot: the row as it was before the UPDATE above, which
+        -- takes only an active or idle one, so at most one of the two holds a row.
+        SELECT c.session_id, c.version FROM session_coordination c
+        WHERE c.session_id = sid AND c.status = 'escalated'
     ), recorded AS (
         INSERT INTO session_state_versions
         SELECT v.* FROM escalated e, session_version(e, actor, 'escalated: ' || why, at) v
@@ -1794,14 +1811,16 @@ AS $$
                jsonb_build_object('text', why, 'output_data', context,
                                   'next_agent_suggestions', '[]'::jsonb),
                0, actor, at, trace, task, decided
-        FROM escalated e
+        FROM (SELECT session_id, version FROM escalated
+              UNION ALL SELECT session_id, version FROM already) e
         RETURNING decision_id, session_version
     ), told AS (
         INSERT INTO outbox_events (event_type, payload, created_at)
         SELECT 'session.escalated',
                jsonb_build_object('session_id', sid, 'session_version', d.session_version,
                                   'decision_id', d.decision_id, 'reason', why,
-                                  'escalated_by', actor, 'task_id', task, 'context', context),
+                                  'escalated_by', actor, 'task_id', task, 'context', context,
+                                  'already_escalated', EXISTS (SELECT 1 FROM already)),
                at
         FROM decision d
     )

@@ -46,6 +46,8 @@ INTERRUPTED_STATES = frozenset(
     {TaskState.TASK_STATE_INPUT_REQUIRED, TaskState.TASK_STATE_AUTH_REQUIRED}
 )
 ANSWER_ARTIFACT = "answer"
+# Where a task's input keeps the messageId of the A2A message it answers.
+CLIENT_MESSAGE_ID = "a2a_message_id"
 
 
 def _struct(values: dict[str, Any]) -> Struct:
@@ -71,13 +73,16 @@ def user_message(task: StoredTask) -> Message:
     """What the task was asked: the user's words for a coordinator task, the input
     document for any other kind."""
     parts: list[Part]
-    turn = task.input.get("turn") if task.kind in COORDINATOR_KINDS else None
+    coordinated = task.kind in COORDINATOR_KINDS
+    turn = task.input.get("turn") if coordinated else None
     if isinstance(turn, dict) and isinstance(turn.get("message"), str):
         parts = [new_text_part(turn["message"])]
     else:
         parts = [new_data_part(task.input)]
+    # The client's messageId when an A2A message started the task (app/a2a/messages.py).
+    client_id = task.input.get(CLIENT_MESSAGE_ID) if coordinated else None
     return Message(
-        message_id=f"{task.task_id}-request",
+        message_id=str(client_id) if client_id else f"{task.task_id}-request",
         context_id=context_id(task),
         task_id=str(task.task_id),
         role=Role.ROLE_USER,

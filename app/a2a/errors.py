@@ -44,6 +44,19 @@ def a2a_error(error: SwitchboardError) -> A2AError:
     return InternalError(message=error.detail, data=_data(error))
 
 
+def a2a_error_of_problem(status: int, problem: dict[str, Any]) -> A2AError:
+    """The A2A error for a stored problem (an answer replayed for a resent message), by
+    the same rule as ``a2a_error``."""
+    detail = str(problem.get("detail", ""))
+    rfc = {"type", "title", "status", "detail", "instance"}
+    data = {"status": status, **{k: v for k, v in problem.items() if k not in rfc}}
+    if status in (400, 404, 422):
+        return InvalidParamsError(message=detail, data=data)
+    if status in (403, 409, 410):
+        return InvalidRequestError(message=detail, data=data)
+    return InternalError(message=detail, data=data)
+
+
 @contextmanager
 def as_a2a_errors() -> Iterator[None]:
     """Raise domain and validation errors of the block as A2A errors."""

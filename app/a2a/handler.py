@@ -6,7 +6,8 @@ the coordinator and the durable task service.
   one, the user named in the message's metadata (``user_id`` or ``user_ref``) continues
   their latest open session, or starts one, as the n8n webhook does. The answer is the
   agent's durable task as an A2A Task, or a Message when no agent task answers (a
-  clarifying question, the fallback of an agent whose circuit is open).
+  clarifying question, the fallback of an agent whose circuit is open). A resend (same
+  ``messageId``, same context) gets the first one's answer (app/a2a/messages.py).
 - ``SendStreamingMessage`` submits the same way without waiting, then streams the task's
   status and its answer artifact as the durable task moves (the task service's wait:
   LISTEN/NOTIFY for the end, a poll of ``SWITCHBOARD_TASKS_POLL_INTERVAL`` between).
@@ -70,6 +71,7 @@ from app.a2a.convert import (
     task_status,
 )
 from app.a2a.errors import as_a2a_errors
+from app.a2a.messages import A2AMessages
 from app.a2a.push import PushConfigs
 from app.a2a.schemas import MessageMetadata
 from app.a2a.store import AgentTaskStore, principal_of
@@ -98,12 +100,14 @@ class SwitchboardRequestHandler(RequestHandler):
         webhooks: WebhookService,
         store: AgentTaskStore,
         push: PushConfigs,
+        messages: A2AMessages,
     ) -> None:
         self._coordinator = coordinator
         self._tasks = tasks
         self._webhooks = webhooks
         self._store = store
         self._push = push
+        self._messages = messages
 
     # -- messages ----------------------------------------------------------------------
 
@@ -144,13 +148,25 @@ class SwitchboardRequestHandler(RequestHandler):
                 {"text": text, "context_flags": meta.context_flags}
             )
             session_id = await self._session_for(message, meta, principal)
-            budget = self._coordinator.budget(WaitPreference(respond_async=respond_async))
-            result = await self._coordinator.handle_message(session_id, request, principal, budget)
-            if isinstance(result, MessageAccepted):
-                return a2a_task(await self._tasks.get(result.task_id))
-            if result.task_id is None:
-                return answer_message(result, _new_id())
-            return _with_fallback(a2a_task(await self._tasks.get(result.task_id)), result)
+
+            async def send() -> Task | Message:
+                budget = self._coordinator.budget(WaitPreference(respond_async=respond_async))
+                result = await self._coordinator.handle_message(
+                    session_id, request, principal, budget
+                )
+                if isinstance(result, MessageAccepted):
+                    return a2a_task(await self._tasks.get(result.task_id))
+                if result.task_id is None:
+                    return answer_message(result, _new_id())
+                return _with_fallback(a2a_task(await self._tasks.get(result.task_id)), result)
+
+            # A resend (same messageId, same context) is answered, not coordinated again.
+            content = {
+                "text": text,
+                "metadata": MessageToDict(message.metadata),
+                "task_id": message.task_id,
+            }
+            return await self._messages.once(principal, session_id, message, content, send)
 
     async def _session_for(
         self, message: Message, meta: MessageMetadata, principal: Principal

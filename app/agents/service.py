@@ -9,7 +9,6 @@ from dataclasses import replace
 
 from app.agents import repository as repo
 from app.agents.cards import published_interface, usable_card
-from app.agents.directory import AgentDirectory
 from app.agents.schemas import (
     Agent,
     AgentCard,
@@ -48,7 +47,6 @@ class AgentService:
         key_cache_seconds: float = 0,
         cards: A2AClient | None = None,
         card_timeout: float = 5.0,
-        directory: AgentDirectory | None = None,
     ) -> None:
         self._db = database
         self._clock = clock
@@ -60,9 +58,6 @@ class AgentService:
         # the admin's there.
         self._admin_digest = None if admin_key is None else hash_key(admin_key)
         self._keys = KeyCache(key_cache_seconds)
-        # The coordinator's kept agent list: dropped by every change made here, before its
-        # response is sent (the NOTIFY that also drops it arrives a moment later).
-        self._directory = directory
 
     async def authenticate(self, key_digest: bytes) -> Principal | None:
         """The principal for a key digest, or None if the key is not valid."""
@@ -178,7 +173,6 @@ class AgentService:
                 interface.url if interface else None,
                 interface.protocol_version if interface else None,
             )
-        self._invalidate_directory()
         if agent is None:
             raise NotFound(f"No agent named {name!r}.")
         return agent
@@ -275,7 +269,6 @@ class AgentService:
                     card.interface.protocol_version,
                     self._clock.now(),
                 )
-            self._invalidate_directory()
             if stored is None:
                 raise NotFound(f"No agent named {agent.name!r}.")
             return stored
@@ -284,7 +277,6 @@ class AgentService:
             marked = await repo.mark_card_failure(
                 conn, agent.name, status, error, self._clock.now()
             )
-        self._invalidate_directory()
         if marked is None:
             raise NotFound(f"No agent named {agent.name!r}.")
         if strict and raised is not None:
@@ -313,13 +305,10 @@ class AgentService:
         return sorted(skills.values(), key=lambda s: s.skill_id)
 
     def _changed(self) -> None:
-        """After a change to agents, keys or roles: forget resolved keys and the kept list."""
+        """After a change to agents, keys or roles: forget resolved keys. (The coordinator's
+        kept agent list needs no call: the agents table announces every change, see
+        app/agents/directory.py.)"""
         self._keys.clear()
-        self._invalidate_directory()
-
-    def _invalidate_directory(self) -> None:
-        if self._directory is not None:
-            self._directory.invalidate()
 
     async def _apply_settings(self, conn: Connection, agent: Agent, data: AgentSettings) -> Agent:
         changes = data.model_dump(mode="json", exclude_unset=True)

@@ -5,12 +5,15 @@ may ask for, and a person's resolution.
 Escalating is one SQL function, ``session_escalate`` (schema.sql): the session becomes
 ``escalated`` (a new version), the decision records why with the context (what failed, how
 often, the last errors), and the event ``session.escalated`` is written with them. A task's
-dead letter calls the same function. While a session is escalated nothing processes it:
-its messages and queued actions get 409 (CoordinationService), the task workers leave its
-tasks queued (``agent_task_held`` in the claim), and time does not idle or expire it
-(``session_may_lapse``). ``POST /v1/sessions/{id}/resolve`` ends it: active again (a new
-version), the resolution in the decision log, the event ``session.resolved``, and the
-workers woken to run the held tasks.
+dead letter calls the same function. A failure that asks for a person while the session
+already waits for one is recorded the same way (a decision on its current version, the
+event with ``already_escalated``), so the person sees every failure, not only the first.
+While a session is escalated nothing processes it: its messages and queued actions get 409
+(CoordinationService), the task workers leave its tasks queued (``agent_task_held`` in the
+claim), and time does not idle or expire it (``session_may_lapse``).
+``POST /v1/sessions/{id}/resolve`` ends it: active again (a new version), the resolution in
+the decision log, the event ``session.resolved``, and the workers woken to run the held
+tasks.
 """
 
 from __future__ import annotations
@@ -162,9 +165,11 @@ class EscalationService:
         *,
         task_id: UUID | None = None,
     ) -> UUID | None:
-        """Mark the session escalated with why (session_escalate); the escalation's
-        decision id, or None when the session was not active or idle, or a person resolved
-        it after the decision's counters were read (they start again there)."""
+        """Mark the session escalated with why (session_escalate), or, when it already
+        waits for a person, record this failure too (a decision and session.escalated on
+        its current version); the decision's id, or None when the session was neither
+        active, idle nor escalated, or a person resolved it after the decision's counters
+        were read (they start again there)."""
         step = decided.step
         facts = step.inputs.facts
         why = f"{step.rule}: {step.reason}"

@@ -11,7 +11,9 @@ How: the triggers that used to NOTIFY call ``announce_after_commit(channel, payl
 client that wrote, no round trip more. The pool asks for such messages
 (``client_min_messages = debug1``, app/db/pool.py) and hands them to ``Announcer.heard``,
 which remembers what each connection announced. When ``Database.connection()`` gives the
-connection back (after its transaction committed), ``Announcer.committed`` then
+connection back (after its transaction committed; for a caller cancelled while its
+statement was in flight, once the server has answered it, since the write may have
+committed anyway), ``Announcer.committed`` then
 
 - calls this process's own listeners of each channel at once, in-process (the event hub,
   the task worker, task waiters): the writer's own streams and waiters need no database

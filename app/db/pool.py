@@ -5,6 +5,7 @@ translated to domain errors, and tells what they committed (``app/db/announce.py
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any, TypeAlias
@@ -50,6 +51,12 @@ async def _init_connection(conn: asyncpg.Connection[asyncpg.Record]) -> None:
         await conn.set_type_codec(
             type_name, encoder=_encode_json, decoder=orjson.loads, schema="pg_catalog"
         )
+
+
+def _cancelling(conn: Connection) -> bool:
+    """True while asyncpg cancels the statement a cancelled caller left in flight."""
+    protocol = getattr(getattr(conn, "_con", conn), "_protocol", None)
+    return protocol is not None and bool(protocol._is_cancelling())
 
 
 class Database:
@@ -122,6 +129,11 @@ class Database:
                 conn.add_log_listener(self._heard)
                 try:
                     yield conn
+                except (Exception, asyncio.CancelledError):
+                    # A caller cancelled (or timed out) mid-statement: hear its answer.
+                    if _cancelling(conn):
+                        await self._settle(conn)
+                    raise
                 finally:
                     conn.remove_log_listener(self._heard)
                     # After the commit (transaction() exits inside this): tell the
@@ -132,6 +144,22 @@ class Database:
             if mapped is None:
                 raise
             raise mapped from exc
+
+    async def _settle(self, conn: Connection) -> None:
+        """Wait until the server has answered a statement whose caller was cancelled (a
+        client that disconnected, a timeout): its write may have committed anyway, and
+        what it announced comes with that answer. asyncpg's pool waits for the same thing
+        when the connection is given back, but only after the log listener must be gone
+        (it warns of one left on a connection given back), so the answer would be heard by
+        nobody and the listeners would wait for their timers."""
+        protocol = getattr(getattr(conn, "_con", conn), "_protocol", None)
+        if protocol is None:
+            return
+        # Shielded: a second cancellation must not leave the wait half done for the pool.
+        with contextlib.suppress(Exception):
+            await asyncio.shield(protocol._wait_for_cancellation(self._settings.command_timeout))
+        # The answer's messages are handed to the log listener with call_soon.
+        await asyncio.sleep(0)
 
     @asynccontextmanager
     async def transaction(self, *, trace: bool = False) -> AsyncIterator[Connection]:

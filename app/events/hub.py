@@ -110,6 +110,7 @@ class EventHub:
         # This process's own commits wake the pump at once, with no NOTIFY.
         database.announcer.listen(CHANNEL, lambda _payload: self._wake.set())
         self.evictions = 0
+        self.passes = 0  # times the pump woke and read (tests)
 
     @property
     def started(self) -> bool:
@@ -206,6 +207,7 @@ class EventHub:
             self._wake.clear()
             if self._stopping.is_set():
                 return
+            self.passes += 1
             try:
                 await self._advance()
             except Exception:

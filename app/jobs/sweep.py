@@ -50,6 +50,16 @@ class Sweep:
 
     async def step(self, name: str, batch: Batch, count: Count) -> None:
         """Run one step to the end (batches until one is short), or count it (dry run)."""
+
+        async def stride(conn: Connection, limit: int) -> tuple[int, bool]:
+            taken = await batch(conn, limit)
+            return taken, taken < limit
+
+        await self.walk(name, stride, count)
+
+    async def walk(self, name: str, stride: Stride, count: Count) -> None:
+        """Run one step whose batch says itself when the step is done: batches until one
+        says so (or, in a dry run, the count)."""
         self.details.setdefault(name, 0)
         if self._dry_run:
             async with self._db.connection() as conn:
@@ -57,22 +67,6 @@ class Sweep:
             return
         while True:
             # trace: the events a batch writes carry the run's trace (their column default).
-            async with self._db.transaction(trace=True) as conn:
-                taken = await batch(conn, self._batch_size)
-                self.details[name] += taken
-                await self._progress(conn, taken, self.details)
-            if taken < self._batch_size:
-                return
-
-    async def walk(self, name: str, stride: Stride, count: Count) -> None:
-        """Like ``step``, for a batch that says itself when the step is done: batches until
-        one says so (or, in a dry run, the count)."""
-        self.details.setdefault(name, 0)
-        if self._dry_run:
-            async with self._db.connection() as conn:
-                self.details[name] = await count(conn)
-            return
-        while True:
             async with self._db.transaction(trace=True) as conn:
                 taken, done = await stride(conn, self._batch_size)
                 self.details[name] += taken

@@ -458,17 +458,21 @@ async def insert_access_logs(conn: Connection, entries: list[AccessLogRow]) -> N
 async def delete_expired(
     conn: Connection, now: datetime, limit: int, after: datetime | None
 ) -> tuple[int, datetime | None]:
-    """One batch of expired memories (not interaction patterns) deleted, from the expiry
-    ``after`` on (None: from the first): how many went and the expiry the batch reached
-    (None: it took the rest)."""
+    """One batch of expired memories (not interaction patterns) deleted, after the expiry
+    ``after`` (None: from the first), stepping over expired interaction patterns before
+    the first memory: how many went and the expiry the batch reached (None: it took the
+    rest)."""
     reach = await conn.fetchrow(Q.expired_memories_reach, now, limit, after)
     if reach is None:  # the statement always returns one row
         raise RuntimeError("expired_memories_reach returned no row")
+    start: datetime | None = reach["start"]
+    if start is None:  # no expired memory left: nothing to delete
+        return 0, None
     upto: datetime | None = reach["upto"]
     if reach["told"]:
-        taken = int(await conn.fetchval(Q.delete_expired_memories_told, now, after, upto))
+        taken = int(await conn.fetchval(Q.delete_expired_memories_told, now, start, upto))
     else:
-        status = await conn.execute(Q.delete_expired_memories, now, after, upto)
+        status = await conn.execute(Q.delete_expired_memories, now, start, upto)
         taken = int(status.rsplit(" ", 1)[-1])
     return taken, upto
 

@@ -205,15 +205,16 @@ WITH resolved AS (
 SELECT r.*, d.decision_id FROM resolved r, decided d
 
 -- name: latest_escalation
--- The decision that escalated the session last (what a resolution ends), if it came after
--- the last resolution: never the one a person resolved before.
+-- The decision that escalated the session last (what a resolution ends): the first
+-- escalated one after the last resolution, never the one a person resolved before, nor a
+-- failure recorded while the session already waited (session_escalate).
 SELECT e.decision_id, e.message, e.response -> 'output_data' AS context, e.created_at
 FROM coordination_decisions e
 WHERE e.session_id = $1 AND e.outcome = 'escalated'
   AND NOT EXISTS (SELECT 1 FROM coordination_decisions r
                   WHERE r.session_id = $1 AND r.outcome = 'resolved'
                     AND (r.created_at, r.decision_id) > (e.created_at, e.decision_id))
-ORDER BY e.created_at DESC, e.decision_id DESC
+ORDER BY e.created_at, e.decision_id
 LIMIT 1
 
 -- name: escalate_session

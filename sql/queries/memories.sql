@@ -317,31 +317,43 @@ WHERE m.user_id = $1 AND m.category = $2 AND m.key = $3
 
 -- name: expired_memories_reach
 -- Expired memories go (interaction patterns are archived instead, below), in batches that
--- walk the expiry index in order. A batch first finds how far it reaches: the expiry $2
--- index entries on from where the last batch reached ($3, NULL for the first); it then
--- deletes the expired memories after $3 up to and including that instant (rows sharing
--- it all go in this batch), and the next batch starts after it, so no batch steps over
--- rows that earlier ones deleted. The reach counts every expired entry, interaction
--- patterns too (a batch may take fewer than $2 rows), so that it reads the index alone,
--- without visiting a row for its category: the DELETE visits each row once. `upto` is
--- NULL when fewer than $2 entries are left: that batch takes the rest. `told`: whether
--- anyone subscribes to memory.purged, which decides which DELETE the batch runs.
--- $1 now, $2 batch size, $3 the last batch's reach.
-SELECT (SELECT expires_at FROM memories m
-        WHERE expires_at < $1 AND expires_at > coalesce($3::timestamptz, '-infinity')
+-- walk the expiry index in order. A batch first finds where it starts and how far it
+-- reaches. It starts at the first expired memory after where the last batch reached ($3,
+-- NULL for the first): a stretch of expired interaction patterns before it, which would
+-- delete nothing, is stepped over here (only those rows are visited, as the DELETE would
+-- visit them) instead of costing batches of its own; `start` is NULL when no expired memory
+-- is left. It reaches the expiry $2 index entries on from `start`, and deletes the expired
+-- memories from `start` up to and including that instant (rows sharing it all go in this
+-- batch); the next batch starts after it, so no batch steps over rows that earlier ones
+-- deleted. The reach counts every expired entry, interaction patterns too (a batch may take
+-- fewer than $2 rows), so that it reads the index alone, without visiting a row for its
+-- category: the DELETE visits each row once. `upto` is NULL when fewer than $2 entries are
+-- left: that batch takes the rest. `told`: whether anyone subscribes to memory.purged,
+-- which decides which DELETE the batch runs. $1 now, $2 batch size, $3 the last reach.
+WITH first AS (
+    SELECT expires_at FROM memories m
+    WHERE memory_expired_to_delete(m, $1)
+      AND expires_at > coalesce($3::timestamptz, '-infinity')
+    ORDER BY expires_at
+    LIMIT 1
+)
+SELECT first.expires_at AS start,
+       (SELECT expires_at FROM memories m
+        WHERE expires_at < $1 AND expires_at >= first.expires_at
         ORDER BY expires_at
         OFFSET $2 - 1 LIMIT 1) AS upto,
        event_subscribed('memory.purged') AS told
+FROM (SELECT 1) one LEFT JOIN first ON true
 
 -- name: delete_expired_memories
 -- One batch (above) when nobody subscribes to memory.purged: a bare DELETE, its count from
 -- the command's status. Two named statements because RETURNING the rows into a CTE to
 -- count and tell them doubled the batch (20,000 rows: 56 ms bare, 104-114 ms returned).
 -- No rows are locked first: a row updated meanwhile is re-checked against its new expiry.
--- $1 now, $2 after this expiry (NULL: from the first), $3 up to this one (NULL: all).
+-- $1 now, $2 from this expiry on (the batch's start), $3 up to this one (NULL: all).
 DELETE FROM memories m
 WHERE memory_expired_to_delete(m, $1)
-  AND expires_at > coalesce($2::timestamptz, '-infinity')
+  AND expires_at >= $2::timestamptz
   AND expires_at <= coalesce($3::timestamptz, $1)
 
 -- name: delete_expired_memories_told
@@ -349,11 +361,11 @@ WHERE memory_expired_to_delete(m, $1)
 -- statement that took them, so the notice commits or rolls back with the deletion: one
 -- memory.purged per user and batch, with the counts per category (a notifier wants one
 -- notice per user, not job totals). A subscription made between the reach and this
--- statement is seen from the next batch on. $1 now, $2 after, $3 up to (as above).
+-- statement is seen from the next batch on. $1 now, $2 from, $3 up to (as above).
 WITH gone AS (
     DELETE FROM memories m
     WHERE memory_expired_to_delete(m, $1)
-      AND expires_at > coalesce($2::timestamptz, '-infinity')
+      AND expires_at >= $2::timestamptz
       AND expires_at <= coalesce($3::timestamptz, $1)
     RETURNING user_id, category
 )

@@ -341,6 +341,51 @@ async def test_a_message_no_agent_task_answers_is_an_a2a_message(
     assert MessageToDict(event.message.metadata)["degraded"] is True
 
 
+async def test_a_resent_message_is_answered_once_under_the_clients_message_id(
+    http: httpx.AsyncClient, a2a_blocking: Client, agent: AgentServer
+) -> None:
+    """A client that lost the answer resends the message (same messageId, same context):
+    it gets the first message's task, the agent is called once, and the task's history
+    carries the client's messageId. The same messageId with other content is refused; a
+    Message answer (no agent task) is answered again as it was."""
+    await route_to(http, agent)
+    sid = await new_session(http)
+    request = message(PLAN, context_id=sid)
+    sent_id = request.message.message_id
+    assert sent_id
+
+    [first] = await collect(a2a_blocking.send_message(request))
+    [again] = await collect(a2a_blocking.send_message(request))
+
+    assert again.task.id == first.task.id
+    assert again.task.status.state == TaskState.TASK_STATE_COMPLETED
+    assert len(agent.requests) == 1
+    assert (await http.get(f"/v1/sessions/{sid}/tasks")).json()["items"][0]["task_id"] == (
+        first.task.id
+    )
+    assert len((await http.get(f"/v1/sessions/{sid}/tasks")).json()["items"]) == 1
+    assert first.task.history[0].message_id == sent_id
+    assert again.task.history[0].message_id == sent_id
+    got = await a2a_blocking.get_task(GetTaskRequest(id=first.task.id))
+    assert got.history[0].message_id == sent_id
+    assert get_message_text(got.history[0]) == PLAN
+
+    other = message("Something else entirely", context_id=sid)
+    other.message.message_id = sent_id
+    with pytest.raises(InvalidParamsError):
+        await collect(a2a_blocking.send_message(other))
+    assert len(agent.requests) == 1
+
+    await http.patch(f"/v1/agents/{PLAN_AGENT}", json={"url": None})
+    plain = message(PLAN, context_id=sid)
+    [answered] = await collect(a2a_blocking.send_message(plain))
+    decided = (await http.get(f"/v1/sessions/{sid}/decisions")).json()["items"]
+    [replayed] = await collect(a2a_blocking.send_message(plain))
+    assert answered.HasField("message")
+    assert MessageToDict(replayed.message) == MessageToDict(answered.message)
+    assert (await http.get(f"/v1/sessions/{sid}/decisions")).json()["items"] == decided
+
+
 async def test_streaming_shows_the_task_working_then_its_answer(
     http: httpx.AsyncClient, a2a: Client, agent: AgentServer
 ) -> None:

@@ -1,6 +1,7 @@
 """``AgentDirectory``: the agent list the coordinator routes by, kept per replica while it
-can hear of changes, and dropped by any change to agents (through this replica at once;
-through another replica or plain SQL, when the trigger's NOTIFY arrives)."""
+can hear of changes, and dropped by any change to agents (through this replica's pool at
+its commit, by the trigger's announcement; through another replica, when that one's NOTIFY
+arrives; by plain SQL, when the trigger's own NOTIFY arrives)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import asyncpg
 import pytest
 from litestar import Litestar
 
-from app.agents.directory import AgentDirectory
+from app.agents.directory import CHANNEL, AgentDirectory
 from app.asgi import create_app
 from app.db.pool import Database
 from app.settings import CoordinationSettings, DatabaseSettings, Settings
@@ -101,6 +102,79 @@ async def test_nothing_is_kept_while_changes_cannot_be_heard(database: Database)
         first = await directory.agents(conn)
     assert first
     assert directory.kept() is None
+
+
+async def notifications(database_url: str) -> tuple[asyncpg.Connection[Any], list[str]]:
+    """A LISTEN of its own on the directory's channel, and the payloads it hears."""
+    heard: list[str] = []
+    conn = await asyncpg.connect(database_url)
+    await conn.add_listener(CHANNEL, lambda *args: heard.append(args[3]))
+    return conn, heard
+
+
+async def heard_within(heard: list[str], seconds: float) -> None:
+    """Until ``heard`` holds something, then a moment for the other listeners."""
+    deadline = time.monotonic() + seconds
+    while not heard:
+        assert time.monotonic() < deadline, "nothing was notified"
+        await asyncio.sleep(0.01)
+    await asyncio.sleep(0.3)
+
+
+async def test_a_write_through_the_pool_drops_the_list_at_its_commit_without_a_notify_in_it(
+    database: Database, database_url: str
+) -> None:
+    """No service drops the list by hand: the trigger announces, and the connection given
+    back after the commit drops it. The one NOTIFY is the writer's own, sent after the
+    commit (it carries the writer's origin); the statement sent none."""
+    listen, heard = await notifications(database_url)
+    directory = AgentDirectory(database, sync_interval=AN_HOUR)
+    await directory.start()
+    try:
+        await listening(directory, database)
+        async with database.transaction() as conn:
+            await conn.execute("UPDATE agents SET enabled = false WHERE name = 'Make_Plan_Agent'")
+            assert directory.kept() is not None  # not before the commit
+        assert directory.kept() is None
+        async with database.connection() as conn:
+            agents = {a.name: a for a in await directory.agents(conn)}
+        assert agents["Make_Plan_Agent"].enabled is False
+        await heard_within(heard, 5)
+        assert heard == [database.announcer.origin]
+    finally:
+        await directory.stop()
+        await listen.close()
+
+
+async def test_the_echo_of_its_own_notify_keeps_the_list(
+    database: Database, database_url: str
+) -> None:
+    """The writer's process dropped the list at its commit: the echo of its NOTIFY (its
+    origin) does not drop it again; anyone else's does."""
+    listen, heard = await notifications(database_url)
+    directory = AgentDirectory(database, sync_interval=AN_HOUR)
+    await directory.start()
+    try:
+        await listening(directory, database)
+        await sql(database_url, "SELECT pg_notify($1, $2)", CHANNEL, database.announcer.origin)
+        await heard_within(heard, 5)
+        assert directory.kept() is not None
+        await sql(database_url, "SELECT pg_notify($1, 'elsewhere')", CHANNEL)
+        await dropped(directory)
+    finally:
+        await directory.stop()
+        await listen.close()
+
+
+async def test_a_raw_write_notifies_in_its_statement(database_url: str) -> None:
+    """psql or another tool hears no announcement: the trigger NOTIFYs for it."""
+    listen, heard = await notifications(database_url)
+    try:
+        await sql(database_url, "UPDATE agents SET enabled = true WHERE name = 'Make_Plan_Agent'")
+        await heard_within(heard, 5)
+        assert heard == [""]
+    finally:
+        await listen.close()
 
 
 def replica(database_url: str) -> Litestar:

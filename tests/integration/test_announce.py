@@ -29,6 +29,11 @@ INSERT_EVENT = (
     "INSERT INTO outbox_events (event_type, payload) "
     "VALUES ('memory.purged', jsonb_build_object('marker', $1::text))"
 )
+# The same, written after a moment: a write still in flight when its caller is cancelled.
+SLOW_INSERT_EVENT = (
+    "INSERT INTO outbox_events (event_type, payload) "
+    "SELECT 'memory.purged', jsonb_build_object('marker', $1::text) FROM pg_sleep(0.3)"
+)
 INSERT_TASK = (
     "INSERT INTO agent_tasks (agent_name, kind, input, created_by) "
     "VALUES ('Some_Agent', 'agent_call', '{}'::jsonb, 'test') RETURNING task_id"
@@ -179,19 +184,58 @@ async def test_a_read_announces_nothing(writer: Database) -> None:
 async def test_the_writers_hub_skips_the_echo_of_its_own_notify(
     database_url: str, writer: Database, other: Database
 ) -> None:
-    """The writer's NOTIFY carries its origin: the other pool's hub takes it, the writer's
-    own (told at the commit already) does not pump again for it."""
+    """The writer's NOTIFY carries its origin: the writer's own hub, woken at the commit,
+    does not pump again when the echo arrives; another pool's hub pumps for it."""
     heard: list[str] = []
     listening = await asyncpg.connect(database_url)
     await listening.add_listener(CHANNEL, lambda *args: heard.append(args[3]))
+    here, subscriber = await started_hub(writer, NEVER)
+    there, elsewhere = await started_hub(other, NEVER)
     try:
-        await write_event(writer)
-        await asyncio.sleep(0.5)
+        before = here.passes, there.passes
+        marker = await write_event(writer)
+        await arrival(subscriber, marker, within=5)
+        await arrival(elsewhere, marker, within=5)
+        deadline = time.monotonic() + 5
+        while not heard:
+            assert time.monotonic() < deadline, "the writer sent no NOTIFY"
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.3)  # the echo reached both hubs' LISTEN connections too
         assert heard == [writer.announcer.origin]
-        assert not writer.announcer.from_elsewhere(heard[0])
-        assert other.announcer.from_elsewhere(heard[0])
+        assert there.passes - before[1] == 1  # woken by the NOTIFY alone
+        assert here.passes - before[0] == 1  # woken by the commit, not again by its echo
     finally:
+        await there.stop()
+        await here.stop()
         await listening.close()
+
+
+async def test_a_cancelled_write_still_announces_what_it_committed(writer: Database) -> None:
+    """A request cancelled (its client went away) while its write is in flight: the write
+    commits anyway (the cancellation reaches the server too late) and what it announced is
+    told when the connection is given back, not left to the listeners' timers."""
+    told: list[str] = []
+    writer.announcer.listen(CHANNEL, told.append)
+    marker = str(uuid4())
+
+    async def write() -> None:
+        async with writer.connection() as conn:
+            await conn.execute(SLOW_INSERT_EVENT, marker)
+
+    task = asyncio.create_task(write())
+    await asyncio.sleep(0.1)  # the statement is at the server
+    # This process is busy (a loaded host): the server finishes the statement meanwhile,
+    # and its answer waits in the socket when the request is cancelled.
+    time.sleep(0.6)  # noqa: ASYNC251 - the point is to hold the event loop
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert told == [""]
+    async with writer.connection() as conn:
+        written = await conn.fetchval(
+            "SELECT count(*) FROM outbox_events WHERE payload ->> 'marker' = $1", marker
+        )
+    assert written == 1
 
 
 async def test_task_channels_are_told_in_process_and_by_notify_after_commit(

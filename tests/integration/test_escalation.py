@@ -629,3 +629,67 @@ async def test_a_decision_counted_before_a_resolution_does_not_escalate_after_it
     # A decision counted after the resolution still escalates.
     await send(client, sid, QUESTION)
     assert (await send(client, sid, QUESTION)).json()["session_status"] == "escalated"
+
+
+@pytest.mark.parametrize("limits", [{"max_consecutive_fallbacks": 1, "max_step_retries": 100}])
+async def test_a_failure_while_escalated_is_recorded_and_told(
+    client: httpx.AsyncClient,
+    agent: AgentServer,
+    database_url: str,
+    settings: Settings,
+    limits: dict[str, Any],
+) -> None:
+    """A task that was running when the session escalated fails too: the person sees it (a
+    decision on the version the session is at, session.escalated marked already_escalated)
+    instead of nothing, and the resolution still names the escalation it ends."""
+    await subscribe(client, agent.url)
+    session = await create_session(client)
+    sid = session["session_id"]
+    await send(client, sid, QUESTION)
+    assert (await send(client, sid, QUESTION)).json()["session_status"] == "escalated"
+    version = (await status_of(client, sid))["version"]
+    [first] = [d for d in await decisions(client, sid) if d["outcome"] == "escalated"]
+
+    database = Database(database_url, settings.database)
+    await database.open()
+    try:
+        services = build_services(settings, database, SystemClock(), replica="late")
+        rules = (await client.get("/v1/next-step-rules")).json()
+        late = StepEvent(
+            event="fallback",
+            intent="ask_question",
+            agent=EDUCATE_AGENT,
+            error="the late task's call failed",
+            handed_off=False,
+            suggested=None,
+            progress_before=0,
+            progress_after=0,
+            pending_actions=(),
+        )
+        decided = await services.escalation.decide(
+            UUID(sid), late, [msgspec.convert(r, NextStepRule) for r in rules]
+        )
+        assert decided.escalates
+        again = await services.escalation.escalate(UUID(sid), "late-task", decided)
+        await services.aclose()
+    finally:
+        await database.close()
+
+    assert again is not None
+    current = await status_of(client, sid)
+    assert (current["status"], current["version"]) == ("escalated", version)
+    escalations = [d for d in await decisions(client, sid) if d["outcome"] == "escalated"]
+    assert [d["decision_id"] for d in escalations] == [first["decision_id"], str(again)]
+    assert escalations[1]["session_version"] == version
+    assert escalations[1]["created_by"] == "late-task"
+    assert escalations[1]["response"]["output_data"]["what_failed"]["error"] == (
+        "the late task's call failed"
+    )
+    told = [e for e in await session_events(client, sid) if e["event_type"] == "session.escalated"]
+    assert [e["payload"]["already_escalated"] for e in told] == [False, True]
+    assert told[1]["payload"]["decision_id"] == str(again)
+    assert told[1]["payload"]["session_version"] == version
+
+    resolved = await client.post(f"/v1/sessions/{sid}/resolve", json={"note": "both seen"})
+    assert resolved.status_code == 200, resolved.text
+    assert resolved.json()["escalation_decision_id"] == first["decision_id"]

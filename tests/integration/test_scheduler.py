@@ -7,7 +7,7 @@ import asyncio
 import hashlib
 import hmac
 from collections.abc import AsyncIterator, Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import asyncpg
@@ -85,6 +85,30 @@ async def rows(database_url: str, sql: str, *args: Any) -> list[asyncpg.Record]:
     conn = await asyncpg.connect(database_url)
     try:
         return list(await conn.fetch(sql, *args))
+    finally:
+        await conn.close()
+
+
+async def insert_expiring_memories(
+    database_url: str, user: str, now: datetime, categories: list[str], minutes: list[int]
+) -> None:
+    """One memory of ``user`` per category, written two days ago and expiring at ``now``
+    plus its minutes (negative: expired)."""
+    conn = await asyncpg.connect(database_url)
+    try:
+        await conn.execute(
+            """INSERT INTO memories (user_id, agent_name, memory_type, category, content,
+                                     content_size, access_level, created_at, updated_at,
+                                     expires_at)
+               SELECT $1, 'test', 'orchestrator', c, '1', 1, 'all_agents', $2, $2,
+                      $3::timestamptz + make_interval(mins => m)
+               FROM unnest($4::text[], $5::int[]) AS t(c, m)""",
+            user,
+            now - timedelta(days=2),
+            now,
+            categories,
+            minutes,
+        )
     finally:
         await conn.close()
 
@@ -455,26 +479,16 @@ async def test_retention_batches_resume_and_take_every_expired_memory_once(
     they delete exactly the expired memories (not patterns, not the unexpired)."""
     user = await create_user(client)
     now = frozen_clock.now()
-    conn = await asyncpg.connect(database_url)
-    try:
-        # 23 expired rows over 9 distinct instants (runs of 1, 2 and 5 ties), 4 unexpired
-        # (one exactly at now), and 3 expired interaction patterns (job 5b's, not 5a's).
-        ages = [1, 2, 2, 3, 3, 3, 3, 3, 4, 5, 5, 6, 7, 7, 7, 8, 8, 8, 8, 8, 9, 9, 9]
-        await conn.execute(
-            """INSERT INTO memories (user_id, agent_name, memory_type, category, content,
-                                     content_size, access_level, created_at, updated_at,
-                                     expires_at)
-               SELECT $1, 'test', 'orchestrator', c, '1', 1, 'all_agents', $2, $2,
-                      $3::timestamptz + make_interval(mins => m)
-               FROM unnest($4::text[], $5::int[]) AS t(c, m)""",
-            user,
-            now - timedelta(days=2),
-            now,
-            ["session_data"] * 27 + ["interaction_patterns"] * 3,
-            [-a for a in ages] + [0, 1, 60, 600] + [-1, -2, -3],
-        )
-    finally:
-        await conn.close()
+    # 23 expired rows over 9 distinct instants (runs of 1, 2 and 5 ties), 4 unexpired
+    # (one exactly at now), and 3 expired interaction patterns (job 5b's, not 5a's).
+    ages = [1, 2, 2, 3, 3, 3, 3, 3, 4, 5, 5, 6, 7, 7, 7, 8, 8, 8, 8, 8, 9, 9, 9]
+    await insert_expiring_memories(
+        database_url,
+        user,
+        now,
+        ["session_data"] * 27 + ["interaction_patterns"] * 3,
+        [-a for a in ages] + [0, 1, 60, 600] + [-1, -2, -3],
+    )
 
     planned = await make_replica(batch_size=4).run_now("memory_retention", dry_run=True)
     assert planned.details["memories_deleted"] == len(ages)
@@ -500,31 +514,45 @@ async def test_retention_walks_on_past_batches_of_expired_patterns(
     the batch size, is not the end of the sweep while entries are left beyond it."""
     user = await create_user(client)
     now = frozen_clock.now()
-    conn = await asyncpg.connect(database_url)
-    try:
-        # Walking by 2: patterns at -10 and -9 (the first batch takes nothing), the pattern
-        # at -8 with the memory at -5 (one taken), then the memories at -4 and -3.
-        await conn.execute(
-            """INSERT INTO memories (user_id, agent_name, memory_type, category, content,
-                                     content_size, access_level, created_at, updated_at,
-                                     expires_at)
-               SELECT $1, 'test', 'orchestrator', c, '1', 1, 'all_agents', $2, $2,
-                      $3::timestamptz + make_interval(mins => m)
-               FROM unnest($4::text[], $5::int[]) AS t(c, m)""",
-            user,
-            now - timedelta(days=2),
-            now,
-            ["interaction_patterns"] * 3 + ["session_data"] * 4,
-            [-10, -9, -8, -5, -4, -3, 5],
-        )
-    finally:
-        await conn.close()
+    # Walking by 2: patterns at -10 and -9 (the first batch takes nothing), the pattern
+    # at -8 with the memory at -5 (one taken), then the memories at -4 and -3.
+    await insert_expiring_memories(
+        database_url,
+        user,
+        now,
+        ["interaction_patterns"] * 3 + ["session_data"] * 4,
+        [-10, -9, -8, -5, -4, -3, 5],
+    )
 
     run = await make_replica(batch_size=2).run_now("memory_retention", dry_run=False)
     assert run.details["memories_deleted"] == 3
     assert run.details["patterns_archived"] == 3
     left = await rows(database_url, "SELECT expires_at FROM memories ORDER BY expires_at")
     assert [r["expires_at"] - now for r in left] == [timedelta(minutes=5)]
+
+
+async def test_a_retention_batch_steps_over_expired_patterns_instead_of_taking_nothing(
+    client: httpx.AsyncClient, frozen_clock: FrozenClock, database: Database, database_url: str
+) -> None:
+    """Expired interaction patterns first in the expiry order (archived, not deleted): the
+    first batch steps over them to the first memory and takes two, and once only patterns
+    are left the walk ends without a batch that deletes nothing."""
+    user = await create_user(client)
+    now = frozen_clock.now()
+    await insert_expiring_memories(
+        database_url,
+        user,
+        now,
+        ["interaction_patterns"] * 3 + ["session_data"] * 3 + ["interaction_patterns"],
+        [-10, -9, -8, -5, -4, -3, -1],
+    )
+    reached, last = now - timedelta(minutes=4), now - timedelta(minutes=1)
+    async with database.transaction() as conn:
+        assert await memories_repo.delete_expired(conn, now, 2, None) == (2, reached)
+        assert await memories_repo.delete_expired(conn, now, 2, reached) == (1, last)
+        assert await memories_repo.delete_expired(conn, now, 2, last) == (0, None)
+    left = await rows(database_url, "SELECT category FROM memories WHERE expires_at < $1", now)
+    assert [r["category"] for r in left] == ["interaction_patterns"] * 4
 
 
 async def test_housekeeping_purges_what_the_service_recorded_past_its_retention(
