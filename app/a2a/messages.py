@@ -30,6 +30,7 @@ from app.a2a.errors import a2a_error_of_problem
 from app.auth.principal import Principal
 from app.db.pool import Database
 from app.db.queries import QUERIES
+from app.errors import RequestInProgress, ValidationFailed
 from app.tasks.service import TaskService
 from app.webhooks.idempotency import IdempotencyService, Seal
 
@@ -83,13 +84,30 @@ class A2AMessages:
             answer.history[0].message_id = message.message_id
             return 200, body
 
-        stored = await self._idempotency.run(
-            principal.name,
-            resend_key(session_id, message.message_id),
-            ENDPOINT,
-            {"context": str(session_id), **content},
-            first,
-        )
+        try:
+            stored = await self._idempotency.run(
+                principal.name,
+                resend_key(session_id, message.message_id),
+                ENDPOINT,
+                {"context": str(session_id), **content},
+                first,
+            )
+        except RequestInProgress as exc:
+            # Raised by the key's claim only: said in the A2A client's words, not the
+            # REST API's (an A2A client sent no Idempotency-Key).
+            raise RequestInProgress(
+                "A message with this messageId is still being answered in this context; "
+                "send it again shortly.",
+                retry_after=exc.retry_after,
+            ) from None
+        except ValidationFailed as exc:
+            if not _key_reused(exc):
+                raise
+            raise ValidationFailed(
+                "This messageId was already sent to this context with other content; give "
+                "a new message a new messageId.",
+                errors=[{"field": "message.messageId", "message": "reused with other content"}],
+            ) from None
         if stored.problem:
             raise a2a_error_of_problem(stored.status, stored.body)
         if sent:
@@ -99,3 +117,10 @@ class A2AMessages:
             ParseDict(stored.body["message"], replayed)
             return replayed
         return a2a_task(await self._tasks.get(UUID(stored.body["task_id"])))
+
+
+def _key_reused(error: ValidationFailed) -> bool:
+    """True if ``error`` is the idempotency key's "reused with another body" (not a
+    validation error of the message's own coordination)."""
+    errors = error.extensions.get("errors") or []
+    return any(e.get("field") == "idempotency_key" for e in errors)

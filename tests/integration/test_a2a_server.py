@@ -372,7 +372,7 @@ async def test_a_resent_message_is_answered_once_under_the_clients_message_id(
 
     other = message("Something else entirely", context_id=sid)
     other.message.message_id = sent_id
-    with pytest.raises(InvalidParamsError):
+    with pytest.raises(InvalidParamsError, match="messageId was already sent"):
         await collect(a2a_blocking.send_message(other))
     assert len(agent.requests) == 1
 
