@@ -207,6 +207,7 @@ class Services:
             self.coordinator,
             self.memories,
             self.jobs,
+            self.idempotency,
         )
 
     async def aclose(self) -> None:
