@@ -209,6 +209,7 @@ class Services:
             self.coordinator,
             self.memories,
             self.jobs,
+            self.idempotency,
         )
 
     async def aclose(self) -> None:

@@ -327,16 +327,22 @@ class CoordinationService:
             session.session_id, text, principal.name, _ms_since(started), current_trace_id()
         )
         turn = outcome.turn(pending, {a.name for a in agents})
+        # The turn applied once: what the next-step decision reads is what is written
+        # when the session is still as read (the common case); a newer one (a race) is
+        # validated and the turn applied to it at the write's time.
+        applied = apply_turn(base, self._clock.now(), turn)
         # What the session does next, decided on the turn as it will be written; stored
         # with the turn's decision.
         decided = await self._escalation.decide(
-            session.session_id, self._step_event(session, base, outcome, turn), loaded.next_steps
+            session.session_id,
+            self._step_event(session, applied[0], outcome, turn),
+            loaded.next_steps,
         )
-        decision = msgspec.structs.replace(decision, next_step=decided.record)
+        next_step = decided.record
+        decision = msgspec.structs.replace(decision, next_step=next_step)
 
         def mutate(current: Session, now: datetime) -> tuple[SessionContent, str]:
-            # The session as read is not validated twice; a newer one (a race) is.
-            return apply_turn(base if current is session else content_of(current), now, turn)
+            return applied if current is session else apply_turn(content_of(current), now, turn)
 
         # The decision is stored by the statement that writes the session (same version).
         updated, decision_id = await target.write(
@@ -356,15 +362,15 @@ class CoordinationService:
             status = "escalated" if escalated is not None else status
         if outcome.accepted:
             accepted = outcome.accepted_result(updated, decision_id, rules, target.branch)
-            return replace(accepted, next_step=decided.record)
+            return replace(accepted, next_step=next_step)
         result = outcome.result(updated, decision_id, rules, _ms_since(started), target.branch)
-        return replace(result, next_step=decided.record, session_status=status)
+        return replace(result, next_step=next_step, session_status=status)
 
     def _step_event(
-        self, session: Session, base: SessionContent, outcome: TurnOutcome, turn: Turn
+        self, session: Session, after: SessionContent, outcome: TurnOutcome, turn: Turn
     ) -> StepEvent:
-        """The turn as the next-step decision reads it (``base``: the session's content)."""
-        after, _ = apply_turn(base, self._clock.now(), turn)
+        """The turn as the next-step decision reads it (``after``: the session's content
+        with the turn applied)."""
         first = outcome.steps[0] if outcome.steps else None
         last = turn.steps[-1] if turn.steps else None
         kind = outcome.kind

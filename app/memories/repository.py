@@ -141,9 +141,10 @@ async def insert_checked_memory(
     access_level: str | None,
     now: datetime,
     acting_principal: str | None,
-) -> tuple[WriteReference, Memory | None]:
-    """The reference data a write is checked against and, if it passes those checks and
-    its key is free, the memory inserted and audited in the same statement (else None)."""
+) -> Memory | WriteReference:
+    """The memory inserted and audited, if it passes the checks against the reference
+    data and its key is free; else the reference data it was checked against, to say why
+    (read from the row only then)."""
     row = await conn.fetchrow(
         Q.insert_checked_memory,
         user_id,
@@ -160,8 +161,7 @@ async def insert_checked_memory(
     )
     if row is None:  # the reference CTE is one row, joined to what was stored
         raise RuntimeError("insert_checked_memory returned no row")
-    memory = None if row["memory_id"] is None else _memory(row)
-    return _reference(row, "ref_"), memory
+    return _reference(row, "ref_") if row["memory_id"] is None else _memory(row)
 
 
 async def insert_memory(

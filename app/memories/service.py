@@ -557,7 +557,7 @@ class MemoryService:
         if size > self._settings.max_content_bytes:
             # Checked first, as _plan does: too large is the answer whatever else is wrong.
             raise self._too_large([{"field": "content", "message": f"{size} bytes"}])
-        ref, memory = await repo.insert_checked_memory(
+        written = await repo.insert_checked_memory(
             conn,
             user_id=item.user_id,
             session_id=item.session_id,
@@ -571,9 +571,9 @@ class MemoryService:
             now=now,
             acting_principal=principal.delegated_by,
         )
-        if memory is not None:
-            return memory
-        plan = self._checked([item], ref, batch=False)[0]
+        if isinstance(written, Memory):
+            return written
+        plan = self._checked([item], written, batch=False)[0]
         memory = await self._insert(conn, plan, principal, now)  # audited with it
         if memory is None:  # the checks passed: the key is taken
             taken = taken_key(plan, "key")

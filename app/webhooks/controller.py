@@ -24,8 +24,10 @@ from app.webhooks.service import WebhookService
 from app.webhooks.signatures import verify_signature
 
 AnyRequest = Request[Principal, Any, Any]
+# One dependency per handler: Litestar resolves two or more independent ones in an anyio
+# task group of their own, a task spawned per dependency per request (6 % of a webhook's
+# CPU in the profile, docs/benchmarks.md); the idempotency service comes with the hooks.
 Hooks = NamedDependency[WebhookService]
-Idempotency = NamedDependency[IdempotencyService]
 
 
 async def signed(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:
@@ -78,7 +80,6 @@ class N8nWebhookController(Controller):
         request: AnyRequest,
         data: JSONBody[CoordinationHook],
         hooks: Hooks,
-        idempotency: Idempotency,
     ) -> Response[dict[str, Any]]:
         """Continues (or starts) the user's session, runs the coordinator, and answers with
         one flat object: session_id, response, agent, degraded, pending_actions, progress,
@@ -86,7 +87,7 @@ class N8nWebhookController(Controller):
         respond-async is not: the answer is always this object)."""
         return await _respond(
             request,
-            idempotency,
+            hooks.idempotency,
             data.idempotency_key,
             lambda _seal: hooks.coordinate(
                 request.user,
@@ -107,13 +108,12 @@ class N8nWebhookController(Controller):
         request: AnyRequest,
         data: JSONBody[MemoryHook],
         hooks: Hooks,
-        idempotency: Idempotency,
     ) -> Response[dict[str, Any]]:
         """The seed's memory update request (user_id, agent_name, memory_type,
         memory_content) with action write (default), read or query."""
         return await _respond(
             request,
-            idempotency,
+            hooks.idempotency,
             data.idempotency_key,
             lambda seal: hooks.memory(request.user, data, seal),
         )
@@ -129,14 +129,13 @@ class N8nWebhookController(Controller):
         request: AnyRequest,
         data: JSONBody[CleanupHook],
         hooks: Hooks,
-        idempotency: Idempotency,
     ) -> Response[dict[str, Any]]:
         """Per-job counts. If a job did not succeed the answer is a 500 problem
         (``cleanup-failed``) whose ``jobs`` and ``failed`` say which and why: never stored
         under the Idempotency-Key, so a rerun runs the jobs again."""
         return await _respond(
             request,
-            idempotency,
+            hooks.idempotency,
             data.idempotency_key,
             lambda _seal: hooks.cleanup(data.job, data.dry_run),
         )

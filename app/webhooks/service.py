@@ -25,7 +25,7 @@ from app.sessions.schemas import Session, SessionCreate, SessionState
 from app.sessions.service import SessionService
 from app.users.service import UserService
 from app.webhooks import repository as repo
-from app.webhooks.idempotency import Seal
+from app.webhooks.idempotency import IdempotencyService, Seal
 from app.webhooks.schemas import MemoryHook
 
 T = TypeVar("T")
@@ -60,8 +60,11 @@ class WebhookService:
         coordinator: CoordinationService,
         memories: MemoryService,
         jobs: JobService,
+        idempotency: IdempotencyService,
     ) -> None:
         self._db = database
+        # Who runs a webhook under its Idempotency-Key (the controller asks for it here).
+        self.idempotency = idempotency
         self._clock = clock
         self._window = continuation_window
         self._users = users

@@ -1,0 +1,240 @@
+"""The server's CPU time per request on the four write paths, in-process
+(``python -m bench.write_cpu``, from the checkout to measure).
+
+The app runs on this process's event loop (uvloop when installed, as served), driven
+through its ASGI interface directly by 16 concurrent callers: no HTTP client and no
+sockets between them, so nearly all the process's CPU time is the app's (and the driver's
+share of its statements). Each path is measured as ``bench/run.py`` sends it: PATCH with
+``If-Match: *``, a 1 KiB POST memory, a message on the breaker-open fallback path, the n8n
+memory webhook with a fresh Idempotency-Key, all as the ``Orchestrator_Agent`` agent key.
+After a warm-up, ``ROUNDS`` windows of ``REQUESTS`` requests per path, paths interleaved;
+each window reports process CPU µs per request. Run two checkouts alternately (base,
+change, base, change) to compare them: CPU time is what a busy shared host disturbs least.
+
+``PROFILE=<path>`` (patch, memory, message, webhook) runs one window of that path under
+cProfile instead and prints the top functions by own and by cumulative time.
+Needs ``SWITCHBOARD_BENCH_DATABASE_URL`` (a server where databases may be created).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import cProfile
+import io
+import itertools
+import os
+import pstats
+import time
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+from litestar import Litestar
+
+from app.asgi import create_app
+from app.db.migrate import upgrade
+from app.settings import CoordinationSettings, DatabaseSettings, ServerSettings, Settings
+from tests import dbutil
+from tests.conftest import lifespan_of
+
+ADMIN = "admin-key-for-the-write-cpu-bench-0123456789"
+CONCURRENCY = 16
+ONE_KIB = "x" * 1000
+
+Request = tuple[str, str, dict[str, str], bytes]
+
+
+class Answer:
+    """What the app sent back for one request."""
+
+    __slots__ = ("body", "status")
+
+    def __init__(self) -> None:
+        self.status = 0
+        self.body = b""
+
+
+async def call(
+    app: Litestar, method: str, path: str, headers: dict[str, str], body: bytes
+) -> Answer:
+    """One request through the app's ASGI interface, as uvicorn would hand it over."""
+    path_only, _, query = path.partition("?")
+    scope: dict[str, Any] = {
+        "type": "http",
+        "asgi": {"version": "3.0", "spec_version": "2.3"},
+        "http_version": "1.1",
+        "method": method,
+        "scheme": "http",
+        "path": path_only,
+        "raw_path": path_only.encode(),
+        "query_string": query.encode(),
+        "root_path": "",
+        "headers": [
+            (b"host", b"bench"),
+            (b"content-length", str(len(body)).encode()),
+            *((k.lower().encode(), v.encode()) for k, v in headers.items()),
+        ],
+        "client": ("127.0.0.1", 40000),
+        "server": ("127.0.0.1", 8000),
+        "state": {},
+    }
+    sent = False
+    answer = Answer()
+    chunks: list[bytes] = []
+
+    async def receive() -> dict[str, Any]:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        await asyncio.Event().wait()  # a client that stays connected
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            answer.status = message["status"]
+        elif message["type"] == "http.response.body":
+            chunks.append(message.get("body", b""))
+
+    await app(scope, receive, send)  # type: ignore[arg-type]
+    answer.body = b"".join(chunks)
+    return answer
+
+
+async def prepare(app: Litestar) -> tuple[str, list[str], list[str], list[str]]:
+    """As bench/run.py: the educator's breaker open, an agent key; users, sessions to
+    patch, and sessions of their own for messages (which grow the sessions they write)."""
+    admin = {"authorization": f"Bearer {ADMIN}", "content-type": "application/json"}
+
+    async def admin_call(method: str, path: str, data: dict[str, Any]) -> dict[str, Any]:
+        answer = await call(app, method, path, admin, orjson.dumps(data))
+        assert answer.status < 300, answer.body
+        parsed: dict[str, Any] = orjson.loads(answer.body)
+        return parsed
+
+    await admin_call(
+        "PATCH", "/v1/agents/Educate_Customer_Agent", {"url": "http://192.0.2.1:9/none"}
+    )
+    await admin_call("POST", "/v1/agents/Educate_Customer_Agent/breaker", {"state": "open"})
+    created = await admin_call(
+        "POST", "/v1/agents", {"name": "Orchestrator_Agent", "roles": ["coordination_manager"]}
+    )
+    users, sessions, talked_to = [], [], []
+    for i in range(200):
+        user = (await admin_call("POST", "/v1/users", {"external_ref": None}))["id"]
+        opened = await admin_call("POST", "/v1/sessions", {"user_id": user})
+        (sessions if i < 40 else talked_to).append(opened["session_id"])
+        if i < 40:
+            users.append(user)
+    return str(created["api_key"]), users, sessions, talked_to
+
+
+def requests(
+    key: str, users: list[str], sessions: list[str], talked_to: list[str]
+) -> dict[str, Callable[[int], Request]]:
+    """Each path's i-th request."""
+    headers = {"authorization": f"Bearer {key}", "content-type": "application/json"}
+    keys = itertools.count()
+
+    def patch(i: int) -> Request:
+        body = b'{"session_state": {"agent_outputs": {"bench": %d}}}' % i
+        return "PATCH", f"/v1/sessions/{sessions[i % 40]}", {**headers, "if-match": "*"}, body
+
+    def memory(i: int) -> Request:
+        body = orjson.dumps(
+            {"user_id": users[i % 40], "memory_type": "orchestrator", "content": {"text": ONE_KIB}}
+        )
+        return "POST", "/v1/memories", headers, body
+
+    def message(i: int) -> Request:
+        body = b'{"text": "what is compound interest"}'
+        return "POST", f"/v1/sessions/{talked_to[i % len(talked_to)]}/messages", headers, body
+
+    def webhook(i: int) -> Request:
+        body = orjson.dumps(
+            {
+                "user_id": users[i % 40],
+                "agent_name": "Orchestrator_Agent",
+                "memory_type": "orchestrator",
+                "memory_content": {"n": 1},
+            }
+        )
+        hook_headers = {**headers, "idempotency-key": f"k-{os.getpid()}-{next(keys)}"}
+        return "POST", "/webhooks/n8n/memory", hook_headers, body
+
+    return {"patch": patch, "memory": memory, "message": message, "webhook": webhook}
+
+
+async def window(app: Litestar, make: Callable[[int], Request], n: int) -> None:
+    """``n`` requests from CONCURRENCY callers; every answer must be a success."""
+    numbers = iter(range(n))
+
+    async def caller() -> None:
+        for i in numbers:
+            answer = await call(app, *make(i))
+            assert answer.status < 300, (answer.status, answer.body[:500])
+
+    await asyncio.gather(*(caller() for _ in range(CONCURRENCY)))
+
+
+async def measure(url: str, rounds: int, n: int, profile: str | None) -> None:
+    """Warm up, then print CPU µs per request per window (or one profiled window)."""
+    settings = Settings(
+        database=DatabaseSettings(pool_min_size=2, pool_max_size=10),
+        # The fallback path, not escalations: as bench/run.py's messages row.
+        coordination=CoordinationSettings(max_step_retries=1000, max_consecutive_fallbacks=1000),
+        # As bench/serve.py: the benchmark's one key is not rate limited.
+        server=ServerSettings(rate_limit_per_second=0),
+    )
+    app = create_app(
+        settings, database_url=url, admin_key=ADMIN, run_scheduler=False, run_worker=False
+    )
+    async with lifespan_of(app):
+        paths = requests(*await prepare(app))
+        for make in paths.values():
+            await window(app, make, 160)
+        if profile is not None:
+            profiler = cProfile.Profile()
+            profiler.enable()
+            await window(app, paths[profile], n)
+            profiler.disable()
+            for order in ("tottime", "cumulative"):
+                out = io.StringIO()
+                pstats.Stats(profiler, stream=out).sort_stats(order).print_stats(45)
+                print(out.getvalue())
+            return
+        results: dict[str, list[float]] = {name: [] for name in paths}
+        for _ in range(rounds):
+            for name, make in paths.items():
+                cpu = time.process_time()
+                await window(app, make, n)
+                results[name].append((time.process_time() - cpu) / n * 1e6)
+        for name, values in results.items():
+            print(f"{name:8} " + " / ".join(f"{v:,.0f}" for v in values) + " µs per request")
+
+
+async def main() -> None:
+    """Measure on a database of its own, then drop it."""
+    server = os.environ.get("SWITCHBOARD_BENCH_DATABASE_URL") or dbutil.server_url()
+    name = dbutil.unique_name("sbwcpu")
+    await dbutil.create_database(server, name)
+    url = dbutil.with_database(server, name)
+    try:
+        await asyncio.to_thread(upgrade, url)
+        await measure(
+            url,
+            int(os.environ.get("ROUNDS", "2")),
+            int(os.environ.get("REQUESTS", "400")),
+            os.environ.get("PROFILE"),
+        )
+    finally:
+        await dbutil.drop_database(server, name)
+
+
+if __name__ == "__main__":
+    try:
+        import uvloop
+    except ImportError:
+        asyncio.run(main())
+    else:
+        uvloop.run(main())
