@@ -25,6 +25,7 @@ from app.clock import Clock, SystemClock
 from app.common.jsonbody import JsonRequest
 from app.common.options import AllowedMethods
 from app.common.parameters import ParameterRules
+from app.common.responses import LeanResponse
 from app.common.validation import StrictRequestModels
 from app.console import CONSOLE_PATHS, console_parts
 from app.coordination.controller import (
@@ -243,6 +244,7 @@ def create_app(
         ],
         before_request=before_handler,
         request_class=JsonRequest,
+        response_class=LeanResponse,
         plugins=[StrictRequestModels()],
         exception_handlers=EXCEPTION_HANDLERS,
         request_max_body_size=settings.max_body_bytes,

@@ -1,53 +1,92 @@
 """Authentication middleware: runs before routing reaches a handler, so before the body is
-read. Accepts ``Authorization: Bearer <key>`` or ``X-API-Key: <key>``."""
+read. Accepts ``Authorization: Bearer <key>`` or ``X-API-Key: <key>``.
+
+A plain ASGI middleware rather than Litestar's ``AbstractAuthenticationMiddleware``, with
+the same rules (HTTP and WebSocket scopes, pre-flights and the ``exclude`` paths skipped,
+a handler may opt out with ``exclude_from_auth``): that class builds a connection object
+and decodes every header into a multidict to read two of them, on every request; this one
+reads them from the scope's raw header list (docs/benchmarks.md, "Per-request machinery").
+"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import re
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
 
-from litestar.middleware import AbstractAuthenticationMiddleware, AuthenticationResult
+from litestar.enums import ScopeType
 
 from app.auth.keys import hash_key
 from app.errors import Unauthorized
 
 if TYPE_CHECKING:
-    from litestar.connection import ASGIConnection
+    from litestar.types import ASGIApp, Receive, Scope, Send
 
     from app.agents.service import AgentService
+    from app.auth.principal import Principal
     from app.auth.ratelimit import RateLimiter
 
 # Paths anyone may call: liveness, readiness, metrics, the OpenAPI document and agent cards.
 PUBLIC_PATHS = ["^/health$", "^/ready$", "^/metrics$", "^/schema", "^/.well-known/"]
 
+_AUTHENTICATED_SCOPES = frozenset({ScopeType.HTTP, ScopeType.WEBSOCKET})
+# A route handler with this key true in its ``opt`` needs no key (Litestar's convention).
+EXCLUDE_FROM_AUTH = "exclude_from_auth"
 
-def presented_key(connection: ASGIConnection[Any, Any, Any, Any]) -> str | None:
-    """The API key in the request headers, if any."""
-    authorization = connection.headers.get("authorization")
+
+def presented_key(headers: Iterable[tuple[bytes, bytes]]) -> str | None:
+    """The API key in the request's raw (ASGI, lower-case names) headers, if any: a
+    non-empty first ``Authorization`` header decides, else the first ``X-API-Key``."""
+    authorization = api_key = None
+    for name, value in headers:
+        if name == b"authorization":
+            if authorization is None:
+                authorization = value
+        elif name == b"x-api-key" and api_key is None:
+            api_key = value
     if authorization:
-        scheme, _, credentials = authorization.partition(" ")
+        scheme, _, credentials = authorization.decode("latin-1").partition(" ")
         if scheme.lower() == "bearer" and credentials.strip():
             return credentials.strip()
         return None
-    api_key = connection.headers.get("x-api-key")
-    return api_key.strip() if api_key and api_key.strip() else None
+    if api_key is None:
+        return None
+    key = api_key.decode("latin-1").strip()
+    return key or None
 
 
-class ApiKeyAuthMiddleware(AbstractAuthenticationMiddleware):
-    """Resolve the caller's key to a :class:`Principal` or answer 401."""
+class ApiKeyAuthMiddleware:
+    """Resolve the caller's key to a :class:`Principal` (``scope["user"]``) or answer 401."""
 
-    async def authenticate_request(
-        self, connection: ASGIConnection[Any, Any, Any, Any]
-    ) -> AuthenticationResult:
-        """Look the key up; the admin key is checked first, in constant time."""
-        key = presented_key(connection)
+    def __init__(self, app: ASGIApp, exclude: Sequence[str] = ()) -> None:
+        self.app = app
+        self._exclude = re.compile("|".join(exclude)) if exclude else None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Authenticate, unless the request is one that needs no key."""
+        if (
+            scope["type"] in _AUTHENTICATED_SCOPES
+            and scope.get("method") != "OPTIONS"
+            and not scope["route_handler"].opt.get(EXCLUDE_FROM_AUTH)
+            and (self._exclude is None or self._exclude.search(scope["path"]) is None)
+        ):
+            scope["user"] = await self.authenticate(scope)
+            scope["auth"] = None
+        await self.app(scope, receive, send)
+
+    async def authenticate(self, scope: Scope) -> Principal:
+        """Look the key up (the admin key is checked first, in constant time) and spend
+        one of the caller's rate-limit tokens."""
+        key = presented_key(scope["headers"])
         if key is None:
             raise Unauthorized(
                 "Send an API key: Authorization: Bearer <key> or X-API-Key: <key>.",
             )
-        agents: AgentService = connection.app.state.agent_service
+        state = scope["litestar_app"].state
+        agents: AgentService = state.agent_service
         principal = await agents.authenticate(hash_key(key))
         if principal is None:
             raise Unauthorized("The API key is not valid (unknown, revoked or disabled).")
-        limiter: RateLimiter = connection.app.state.rate_limiter
+        limiter: RateLimiter = state.rate_limiter
         limiter.take(principal.name)
-        return AuthenticationResult(user=principal, auth=None)
+        return principal

@@ -27,6 +27,7 @@ from app.common.preconditions import (
     merged_write,
     required_base_versions,
 )
+from app.common.responses import LeanResponse
 from app.sessions.lifecycle import SessionLifecycle
 from app.sessions.schemas import (
     Completion,
@@ -125,7 +126,7 @@ class SessionController(Controller):
                 status_code=HTTP_304_NOT_MODIFIED,
                 headers={"ETag": etag(session.version)},
             )
-        return _with_etag(session)
+        return LeanResponse(session, headers={"ETag": etag(session.version)})
 
     @patch(
         "/{session_id:uuid}",
