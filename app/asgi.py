@@ -235,7 +235,6 @@ def create_app(
             "hooks": provide(services.webhooks),
             "metrics": provide(metrics),
             "breakers": provide(services.breakers),
-            "idempotency": provide(services.idempotency),
             "tasks": provide(services.tasks),
             **({"console_reads": provide(console.reads)} if console is not None else {}),
         },
