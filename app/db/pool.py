@@ -53,10 +53,17 @@ async def _init_connection(conn: asyncpg.Connection[asyncpg.Record]) -> None:
         )
 
 
+def _protocol_call(conn: Connection, name: str) -> Any:
+    """asyncpg's protocol method ``name`` (private: the pool uses it the same way), or None
+    if this asyncpg has no such method: then the pool's own wait, at release, is all."""
+    protocol = getattr(getattr(conn, "_con", conn), "_protocol", None)
+    return getattr(protocol, name, None)
+
+
 def _cancelling(conn: Connection) -> bool:
     """True while asyncpg cancels the statement a cancelled caller left in flight."""
-    protocol = getattr(getattr(conn, "_con", conn), "_protocol", None)
-    return protocol is not None and bool(protocol._is_cancelling())
+    is_cancelling = _protocol_call(conn, "_is_cancelling")
+    return is_cancelling is not None and bool(is_cancelling())
 
 
 class Database:
@@ -152,12 +159,12 @@ class Database:
         when the connection is given back, but only after the log listener must be gone
         (it warns of one left on a connection given back), so the answer would be heard by
         nobody and the listeners would wait for their timers."""
-        protocol = getattr(getattr(conn, "_con", conn), "_protocol", None)
-        if protocol is None:
+        wait_for_cancellation = _protocol_call(conn, "_wait_for_cancellation")
+        if wait_for_cancellation is None:
             return
         # Shielded: a second cancellation must not leave the wait half done for the pool.
         with contextlib.suppress(Exception):
-            await asyncio.shield(protocol._wait_for_cancellation(self._settings.command_timeout))
+            await asyncio.shield(wait_for_cancellation(self._settings.command_timeout))
         # The answer's messages are handed to the log listener with call_soon.
         await asyncio.sleep(0)
 
