@@ -49,7 +49,10 @@ def a2a_error_of_problem(status: int, problem: dict[str, Any]) -> A2AError:
     the same rule as ``a2a_error``."""
     detail = str(problem.get("detail", ""))
     rfc = {"type", "title", "status", "detail", "instance"}
-    data = {"status": status, **{k: v for k, v in problem.items() if k not in rfc}}
+    data = {
+        "status": status,
+        **{k: v for k, v in problem.items() if k not in rfc and v is not None},
+    }
     if status in (400, 404, 422):
         return InvalidParamsError(message=detail, data=data)
     if status in (403, 409, 410):

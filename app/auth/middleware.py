@@ -38,7 +38,9 @@ def presented_key(headers: Iterable[tuple[bytes, bytes]]) -> str | None:
     """The API key in the request's raw (ASGI, lower-case names) headers, if any: a
     non-empty first ``Authorization`` header decides, else the first ``X-API-Key``."""
     authorization = api_key = None
-    for name, value in headers:
+    for raw_name, value in headers:
+        # ASGI servers send lower-case names (uvicorn does); a lower() costs little here.
+        name = raw_name.lower()
         if name == b"authorization":
             if authorization is None:
                 authorization = value
@@ -55,6 +57,15 @@ def presented_key(headers: Iterable[tuple[bytes, bytes]]) -> str | None:
     return key or None
 
 
+def _matched_path(scope: Scope) -> str:
+    """The path the exclusions are matched against: as Litestar's own middleware does, a
+    mounted app's requests by their raw path (Litestar rewrites ``path`` for a mount, so
+    ``/mounted/health`` must not pass for ``/health``)."""
+    if getattr(scope.get("route_handler"), "is_mount", False):
+        return str(scope["raw_path"].decode())
+    return str(scope["path"])
+
+
 class ApiKeyAuthMiddleware:
     """Resolve the caller's key to a :class:`Principal` (``scope["user"]``) or answer 401."""
 
@@ -64,11 +75,12 @@ class ApiKeyAuthMiddleware:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Authenticate, unless the request is one that needs no key."""
+        handler = scope.get("route_handler")
         if (
             scope["type"] in _AUTHENTICATED_SCOPES
             and scope.get("method") != "OPTIONS"
-            and not scope["route_handler"].opt.get(EXCLUDE_FROM_AUTH)
-            and (self._exclude is None or self._exclude.search(scope["path"]) is None)
+            and not (handler is not None and handler.opt.get(EXCLUDE_FROM_AUTH))
+            and (self._exclude is None or self._exclude.search(_matched_path(scope)) is None)
         ):
             scope["user"] = await self.authenticate(scope)
             scope["auth"] = None

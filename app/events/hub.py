@@ -44,6 +44,8 @@ from app.settings import StreamSettings
 logger = logging.getLogger("switchboard.events.hub")
 
 CHANNEL = "switchboard_outbox"
+# How long stopping waits for a numbering run in flight (one batch takes milliseconds).
+NUMBERING_STOP_SECONDS = 5.0
 
 
 class Subscriber:
@@ -154,6 +156,11 @@ class EventHub:
         for subscriber in list(self._subscribers):
             subscriber.evicted.set()
             subscriber.ready.set()
+        # A numbering run in flight (a stream's, the scheduler's) finishes its batch before
+        # the pool closes under it (cut off, it would roll back: nothing lost, work wasted).
+        runs = [r for r in (self._numbering, self._numbering_next) if r is not None]
+        if runs:
+            await asyncio.wait(runs, timeout=NUMBERING_STOP_SECONDS)
 
     def end_streams(self) -> None:
         """The server is stopping: every open stream sends what is queued and ends, and a
@@ -235,9 +242,21 @@ class EventHub:
                 # Shared by many requests: it runs in none of their traces.
                 context=contextvars.Context(),
             )
-            run.add_done_callback(_retrieve)
+            run.add_done_callback(self._numbering_done)
             self._numbering_next = run
         await asyncio.shield(run)
+
+    def _numbering_done(self, run: asyncio.Task[None]) -> None:
+        """A run ended: it is no longer one to join or wait for (a run cancelled before it
+        started must not be joined by every later caller), and its failure, which reaches
+        its callers, is retrieved here too (no 'exception never retrieved' when they all
+        went away)."""
+        if self._numbering_next is run:
+            self._numbering_next = None
+        if self._numbering is run:
+            self._numbering = None
+        if not run.cancelled():
+            run.exception()
 
     async def _number_after(self, previous: asyncio.Task[None] | None) -> None:
         if previous is not None:
@@ -270,10 +289,3 @@ class EventHub:
                 self._subscribers.discard(subscriber)
                 self.evictions += 1
                 logger.info("an event stream read too slowly and was disconnected")
-
-
-def _retrieve(run: asyncio.Task[None]) -> None:
-    """A numbering run's failure reaches its callers; retrieved here too, so that a run
-    whose callers all went away does not log 'exception never retrieved'."""
-    if not run.cancelled():
-        run.exception()

@@ -33,5 +33,6 @@ async def run_scheduler(settings: Settings) -> None:
         await stop.wait()
     finally:
         scheduler.shutdown()
+        await services.event_hub.stop()  # its numbering run (the scheduler's) ends first
         await services.aclose()
         await database.close()
