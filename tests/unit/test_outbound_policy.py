@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import ssl
 from ipaddress import ip_address, ip_network
 from typing import Any
 
+import certifi
 import httpx
 import pytest
 
@@ -231,3 +233,23 @@ def test_lists_come_comma_separated_from_the_environment(
     monkeypatch.setenv("SWITCHBOARD_OUTBOUND_ALLOWED_SCHEMES", "ftp")
     with pytest.raises(ValueError, match="allowed_schemes"):
         OutboundSettings()
+
+
+def test_clients_share_one_loaded_ca_bundle_and_follow_ssl_cert_file(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Loading the CA bundle costs ~30 ms of CPU; every app built two clients, each loading it
+    # twice (httpx's own pool and the policy's). It is loaded once per process now, and a
+    # changed SSL_CERT_FILE still gives a context of its own, as httpx would.
+    from app.outbound.transport import OutboundTransport
+
+    monkeypatch.delenv("SSL_CERT_FILE", raising=False)
+    monkeypatch.delenv("SSL_CERT_DIR", raising=False)
+    first = OutboundTransport(OutboundPolicy(settings()))
+    second = OutboundTransport(OutboundPolicy(settings()))
+    contexts = {id(t._pool._ssl_context) for t in (first, second)}
+    assert len(contexts) == 1
+    assert first._pool._ssl_context.verify_mode == ssl.CERT_REQUIRED
+    monkeypatch.setenv("SSL_CERT_FILE", certifi.where())
+    other = OutboundTransport(OutboundPolicy(settings()))
+    assert id(other._pool._ssl_context) not in contexts
