@@ -67,7 +67,7 @@ class Unique:
         nonce = f"nonce_{self.name}"
         table = (
             f'local urandom_{self.name} = io.open("/dev/urandom", "rb")\n'
-            f"{nonce} = string.gsub(urandom_{self.name}:read(8), \".\", function(c)\n"
+            f'{nonce} = string.gsub(urandom_{self.name}:read(8), ".", function(c)\n'
             '  return string.format("%02x", string.byte(c))\n'
             "end)\n"
             f"urandom_{self.name}:close()\n"
