@@ -26,7 +26,8 @@ from app.webhooks.signatures import verify_signature
 AnyRequest = Request[Principal, Any, Any]
 # One dependency per handler: Litestar resolves two or more independent ones in an anyio
 # task group of their own, a task spawned per dependency per request (6 % of a webhook's
-# CPU in the profile, docs/benchmarks.md); the idempotency service comes with the hooks.
+# CPU in the profile, docs/benchmarks.md; tests/unit/test_dependencies.py holds every route
+# to it); the idempotency service comes with the hooks.
 Hooks = NamedDependency[WebhookService]
 
 
