@@ -3,7 +3,9 @@
 
 The app runs on this process's event loop behind httpx's ASGI transport: 40 sessions, 8
 messages at a time, 80 warm-up messages, then ``ROUNDS`` windows of 400, each reported as
-process CPU microseconds per message (and wall time). CPU time is what a busy shared host
+process CPU microseconds per message (and wall time). ``STEPS=100`` first gives every session
+100 stored agent executions (the cap), as a long-running deployment's sessions have
+(bench/seed.py). CPU time is what a busy shared host
 disturbs least, so two checkouts run alternately (base, change, base, change, ...) compare
 where wrk's req/s cannot; the client's share of the CPU is the same on both sides.
 Needs ``SWITCHBOARD_BENCH_DATABASE_URL`` (a server where databases may be created).
@@ -20,6 +22,7 @@ import httpx
 from app.asgi import create_app
 from app.db.migrate import upgrade
 from app.settings import CoordinationSettings, DatabaseSettings, Settings
+from bench.seed import seed_agent_sequences, steps_wanted
 from tests import dbutil
 from tests.conftest import lifespan_of
 
@@ -59,6 +62,7 @@ async def measure(url: str, rounds: int) -> list[tuple[float, float]]:
             session = await c.post("/v1/sessions", json={"user_id": user})
             session.raise_for_status()
             sessions.append(session.json()["session_id"])
+        await seed_agent_sequences(url, steps_wanted())
         async with httpx.AsyncClient(
             transport=transport, base_url="http://b", headers={"X-API-Key": key}
         ) as agent:
