@@ -21,7 +21,7 @@ import httpx
 
 from app.asgi import create_app
 from app.db.migrate import upgrade
-from app.settings import CoordinationSettings, DatabaseSettings, Settings
+from app.settings import CoordinationSettings, DatabaseSettings, ServerSettings, Settings
 from bench.seed import seed_agent_sequences, steps_wanted
 from tests import dbutil
 from tests.conftest import lifespan_of
@@ -36,6 +36,9 @@ async def measure(url: str, rounds: int) -> list[tuple[float, float]]:
         database=DatabaseSettings(pool_min_size=2, pool_max_size=10),
         # The fallback path, not escalations: as bench/run.py's messages row.
         coordination=CoordinationSettings(max_step_retries=1000, max_consecutive_fallbacks=1000),
+        # As bench/serve.py: the benchmark's one key is not rate limited (at 8 messages at a
+        # time a fast run passed the default limit and failed on a 429).
+        server=ServerSettings(rate_limit_per_second=0),
     )
     app = create_app(
         settings, database_url=url, admin_key=ADMIN, run_scheduler=False, run_worker=False
