@@ -3,11 +3,36 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import httpx
+import uvicorn
+from litestar import Litestar
+
+from app.server import bind, uvicorn_config
+from app.settings import ServerSettings
+
+
+@contextlib.asynccontextmanager
+async def served(app: Litestar, server: ServerSettings | None = None) -> AsyncIterator[str]:
+    """``app`` served by uvicorn on 127.0.0.1 as ``switchboard serve`` serves it (with
+    ``server``'s settings: head limits, trusted proxies); its base URL."""
+    sock = bind("127.0.0.1", 0)
+    port = sock.getsockname()[1]
+    config = uvicorn_config(app, server or ServerSettings(), host="127.0.0.1", port=port)
+    running_server = uvicorn.Server(config)
+    running = asyncio.create_task(running_server.serve(sockets=[sock]))
+    while not running_server.started:
+        assert not running.done(), "the server did not start"
+        await asyncio.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        running_server.should_exit = True
+        await running
 
 
 def assert_problem(response: httpx.Response, status: int) -> dict[str, Any]:
