@@ -3,7 +3,9 @@
 
 The app runs on this process's event loop behind httpx's ASGI transport: 40 sessions, 8
 messages at a time, 80 warm-up messages, then ``ROUNDS`` windows of 400, each reported as
-process CPU microseconds per message (and wall time). CPU time is what a busy shared host
+process CPU microseconds per message (and wall time). ``STEPS=100`` first gives every session
+100 stored agent executions (the cap), as a long-running deployment's sessions have
+(bench/seed.py). CPU time is what a busy shared host
 disturbs least, so two checkouts run alternately (base, change, base, change, ...) compare
 where wrk's req/s cannot; the client's share of the CPU is the same on both sides.
 Needs ``SWITCHBOARD_BENCH_DATABASE_URL`` (a server where databases may be created).
@@ -19,6 +21,7 @@ import httpx
 from app.asgi import create_app
 from app.settings import CoordinationSettings, DatabaseSettings, ServerSettings, Settings
 from bench.inprocess import measured, on_own_database, run
+from bench.seed import seed_agent_sequences, steps_wanted
 from tests.conftest import lifespan_of
 
 ADMIN = "admin-key-for-the-message-cpu-bench-0123456789"
@@ -60,6 +63,7 @@ async def measure(url: str, rounds: int) -> list[tuple[float, float]]:
             session = await c.post("/v1/sessions", json={"user_id": user})
             session.raise_for_status()
             sessions.append(session.json()["session_id"])
+        await seed_agent_sequences(url, steps_wanted())
         async with httpx.AsyncClient(
             transport=transport, base_url="http://b", headers={"X-API-Key": key}
         ) as agent:

@@ -11,6 +11,10 @@ After a warm-up, ``ROUNDS`` windows of ``REQUESTS`` requests per path, paths int
 each window reports process CPU µs per request. Run two checkouts alternately (base,
 change, base, change) to compare them: CPU time is what a busy shared host disturbs least.
 
+``STEPS=100`` first gives every session 100 stored agent executions (the cap), as a
+long-running deployment's sessions have (bench/seed.py); by default the PATCHed sessions
+have none and the messages' a few.
+
 ``PROFILE=<path>`` (patch, memory, message, webhook) runs one window of that path under
 cProfile instead and prints the top functions by own and by cumulative time.
 Needs ``SWITCHBOARD_BENCH_DATABASE_URL`` (a server where databases may be created).
@@ -32,6 +36,7 @@ from litestar import Litestar
 from app.asgi import create_app
 from app.settings import CoordinationSettings, DatabaseSettings, ServerSettings, Settings
 from bench.inprocess import call, callers, measured, on_own_database, run
+from bench.seed import seed_agent_sequences, steps_wanted
 from tests.conftest import lifespan_of
 
 ADMIN = "admin-key-for-the-write-cpu-bench-0123456789"
@@ -129,6 +134,7 @@ async def measure(url: str, rounds: int, n: int, profile: str | None) -> None:
     )
     async with lifespan_of(app):
         paths = requests(*await prepare(app))
+        await seed_agent_sequences(url, steps_wanted())
         for make in paths.values():
             await window(app, make, 160)
         if profile is not None:

@@ -34,7 +34,6 @@ from app.events.schemas import NewEvent
 from app.sessions import repository as repo
 from app.sessions.schemas import (
     CLOSED_STATUSES,
-    AgentExecution,
     Completion,
     Handoff,
     Rollback,
@@ -46,6 +45,7 @@ from app.sessions.schemas import (
     SessionVersion,
     SessionVersionPage,
 )
+from app.sessions.sequence import EMPTY, AgentSequence
 from app.sessions.state import (
     PATCHABLE,
     close_current_execution,
@@ -56,9 +56,9 @@ from app.sessions.state import (
     merge_contents,
     merge_patch,
     resolve_mirrored,
-    sequence_of,
     session_at,
     start_execution,
+    typed_content,
     version_content,
 )
 from app.settings import SessionSettings
@@ -72,7 +72,7 @@ Mutation = Callable[[Session, datetime], tuple[SessionContent, str]]
 
 def _content_from_editable(
     editable: SessionEditable,
-    base_sequence: list[AgentExecution],
+    base_sequence: AgentSequence,
     completed_at: datetime | None,
     *,
     status: str | None = None,
@@ -182,7 +182,7 @@ class SessionService:
         priority = "normal" if priority is None else priority
         content = SessionContent(
             session_state=evolve(data.session_state, progress_percentage=None),
-            agent_sequence=[],
+            agent_sequence=EMPTY,
             coordination_metadata=evolve(data.coordination_metadata, session_priority=None),
             current_agent=data.current_agent,
             progress_percentage=progress,
@@ -459,7 +459,8 @@ class SessionService:
             raise _stale(current, bases)
         require_open(current)
         proposed, reason = self._bounded(mutate(session_at(found, current), now))
-        merged = merge_contents(version_content(found, current), content_of(current), proposed)
+        # The base as stored, as the current content is: the merge compares stored steps.
+        merged = merge_contents(typed_content(found, current), content_of(current), proposed)
         if not merged.clean:
             raise MergeConflicted(
                 f"Session {current.session_id} is at version {current.version}; this write, "
@@ -531,8 +532,8 @@ def patched(current: Session, patch: dict[str, Any]) -> SessionContent:
     )
     editable = validate_input(SessionEditable, merged, what="session after this patch")
     closed_status = current.status if current.status in CLOSED_STATUSES else None
-    # The sequence is not patchable: it is carried over as stored.
-    sequence = sequence_of(current.agent_sequence)
+    # The sequence is not patchable: it is carried over as stored, not even parsed.
+    sequence = AgentSequence.carried(current.agent_sequence)
     content = _content_from_editable(editable, sequence, current.completed_at, status=closed_status)
     return content
 
