@@ -90,7 +90,7 @@ class N8nWebhookController(Controller):
             request,
             hooks.idempotency,
             data.idempotency_key,
-            lambda _seal: hooks.coordinate(
+            lambda seal: hooks.coordinate(
                 request.user,
                 user_id=data.user_id,
                 user_ref=data.user_ref,
@@ -100,6 +100,7 @@ class N8nWebhookController(Controller):
                 channel=data.channel,
                 context_flags=data.context_flags,
                 prefer=parse_prefer(request.headers.getall("prefer", [])),
+                seal=seal,
             ),
         )
 
