@@ -8,17 +8,20 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from typing import Any, TypeAlias, TypeVar
+from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar, cast
 
 import asyncpg
 import orjson
 from asyncpg.pool import PoolConnectionProxy
 
-from app.db.announce import Announcer
+from app.db.announce import MESSAGE, Announcer
 from app.db.errors import translate
 from app.db.queries import QUERIES
 from app.settings import DatabaseSettings
 from app.tracing import current_traceparent
+
+# Told each announcement a pooled connection received: (holder, channel, payload).
+Hear: TypeAlias = "Callable[[object, str | None, str | None], None]"
 
 # What repositories receive: a pooled connection (a proxy) or, in scripts, a plain one.
 Connection: TypeAlias = "asyncpg.Connection[asyncpg.Record] | PoolConnectionProxy[asyncpg.Record]"
@@ -58,6 +61,40 @@ async def _init_connection(conn: asyncpg.Connection[asyncpg.Record]) -> None:
         )
 
 
+if TYPE_CHECKING:
+    _PlainConnection: TypeAlias = asyncpg.Connection[asyncpg.Record]
+else:  # asyncpg's Connection is generic in its stubs only
+    _PlainConnection = asyncpg.Connection
+
+
+class _AnnouncingConnection(_PlainConnection):
+    """A pooled connection that hands what ``announce_after_commit()`` raises straight to
+    its pool's announcer, on behalf of whoever holds it (``_proxy``: the ``connection()``
+    that acquired it; nobody between uses, whose messages are dropped, as a listener
+    removed at release dropped them).
+
+    Why not ``add_log_listener``: asyncpg clears log listeners whenever a connection goes
+    back to the pool (and warns of one left on it), so one had to be added and removed on
+    every use: 3-4 µs of the 16 µs a ``connection()`` cost (docs/benchmarks.md, "The
+    pool's share of a request"). ``_process_log_message`` is asyncpg's own (private)
+    entry for every notice a connection receives; asyncpg is pinned to 0.32.x and
+    tests/unit/test_pool_hook.py fails if it is ever renamed. Other log listeners still
+    hear every message, these included."""
+
+    __slots__ = ("_hear",)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._hear: Hear | None = None
+
+    def _process_log_message(self, fields: dict[str, str], last_query: str) -> None:
+        if fields.get("M") == MESSAGE:
+            holder = self._proxy  # type: ignore[attr-defined]  # (not in the stubs)
+            if holder is not None and self._hear is not None:
+                self._hear(holder, fields.get("D"), fields.get("H"))
+        super()._process_log_message(fields, last_query)  # type: ignore[misc]  # (idem)
+
+
 def _protocol_call(conn: Connection, name: str) -> Any:
     """asyncpg's protocol method ``name`` (private: the pool uses it the same way), or None
     if this asyncpg has no such method: then the pool's own wait, at release, is all."""
@@ -80,7 +117,6 @@ class Database:
         self._pool: asyncpg.Pool[asyncpg.Record] | None = None
         # What triggers announce (announce_after_commit) is told after the commit.
         self.announcer = Announcer(self._notify)
-        self._heard = self.announcer.heard
 
     @property
     def url(self) -> str:
@@ -97,8 +133,9 @@ class Database:
             command_timeout=self._settings.command_timeout,
             # Every named query stays prepared: there are more than asyncpg's default 100.
             statement_cache_size=self._settings.statement_cache_size,
-            init=_init_connection,
+            init=self._init_connection,
             reset=_reset_connection,
+            connection_class=_AnnouncingConnection,
             # debug1: the announcements of announce_after_commit() come with the replies.
             server_settings={
                 "application_name": "switchboard",
@@ -109,6 +146,12 @@ class Database:
             # an idle slot without a timeout (``connection`` below).
             timeout=self._settings.acquire_timeout,
         )
+
+    async def _init_connection(self, conn: asyncpg.Connection[asyncpg.Record]) -> None:
+        # The pool makes only these (connection_class); isinstance would not tell, as
+        # asyncpg's metaclass counts any of its connections an instance of a subclass.
+        cast("_AnnouncingConnection", conn)._hear = self.announcer.heard
+        await _init_connection(conn)
 
     async def close(self) -> None:
         """Close the pool, waiting briefly for connections in use."""
@@ -136,9 +179,8 @@ class Database:
         timeout = None if pool.get_idle_size() else self._settings.acquire_timeout
         try:
             async with pool.acquire(timeout=timeout) as conn:
-                # Per use, not per connection: asyncpg warns of a listener left on a
-                # connection given back, and its reset would drop it anyway.
-                conn.add_log_listener(self._heard)
+                # What the statements announce reaches the announcer as they are answered,
+                # on behalf of this ``conn`` (``_AnnouncingConnection``).
                 try:
                     yield conn
                 except (Exception, asyncio.CancelledError):
@@ -147,7 +189,6 @@ class Database:
                         await self._settle(conn)
                     raise
                 finally:
-                    conn.remove_log_listener(self._heard)
                     # After the commit (transaction() exits inside this): tell the
                     # process's own listeners at once, the others by a coalesced NOTIFY.
                     self.announcer.committed(conn)
@@ -161,17 +202,16 @@ class Database:
         """Wait until the server has answered a statement whose caller was cancelled (a
         client that disconnected, a timeout): its write may have committed anyway, and
         what it announced comes with that answer. asyncpg's pool waits for the same thing
-        when the connection is given back, but only after the log listener must be gone
-        (it warns of one left on a connection given back), so the answer would be heard by
-        nobody and the listeners would wait for their timers."""
+        when the connection is given back, but by then nobody holds it (its announcements
+        are dropped, ``_AnnouncingConnection``) and ``committed`` has run, so the answer
+        would be heard by nobody and the listeners would wait for their timers."""
         wait_for_cancellation = _protocol_call(conn, "_wait_for_cancellation")
         if wait_for_cancellation is None:
             return
         # Shielded: a second cancellation must not leave the wait half done for the pool.
+        # The answer's announcements are heard as it is read, before this wait ends.
         with contextlib.suppress(Exception):
             await asyncio.shield(wait_for_cancellation(self._settings.command_timeout))
-        # The answer's messages are handed to the log listener with call_soon.
-        await asyncio.sleep(0)
 
     @asynccontextmanager
     async def transaction(self, *, trace: bool = False) -> AsyncIterator[Connection]:

@@ -274,3 +274,29 @@ async def test_task_channels_are_told_in_process_and_by_notify_after_commit(
         assert remote == []
     finally:
         await listening.close()
+
+
+async def test_announcements_reach_the_announcer_with_no_log_listener_per_use(
+    writer: Database,
+) -> None:
+    """The pool's connections hand announcements to the announcer themselves: nothing is
+    added to or removed from a connection per use (asyncpg would clear a log listener at
+    every release), and a log listener someone adds still hears every message."""
+    told: list[str] = []
+    writer.announcer.listen(CHANNEL, told.append)
+    messages: list[str] = []
+    async with writer.connection() as conn:
+        assert not conn._con._log_listeners
+
+        def log(_conn: object, message: Any) -> None:
+            messages.append(message.message)
+
+        conn.add_log_listener(log)
+        try:
+            async with conn.transaction():
+                await conn.execute(INSERT_EVENT, str(uuid4()))
+            await asyncio.sleep(0)  # asyncpg hands messages to log listeners with call_soon
+        finally:
+            conn.remove_log_listener(log)
+    assert "switchboard announce" in messages
+    assert told == [""]
