@@ -128,7 +128,7 @@ def create_app(
     services = build_services(
         settings, database, clock, admin_key=admin_key, resolver=resolver, tracing=tracing
     )
-    metrics = Metrics(database, services.breakers)
+    metrics = Metrics(database, services.breakers, services.jobs.jobs)
     console = (
         console_parts(settings, services, database, clock, admin_key)
         if settings.console.enabled

@@ -14,7 +14,7 @@ OpenMetrics when ``Accept`` names it.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any
 
 from litestar import Controller, Request, Response, get
@@ -34,7 +34,6 @@ from prometheus_client.registry import Collector
 
 from app.coordination.breakers import BreakerRegistry
 from app.db.pool import Database
-from app.jobs.service import JobService
 
 BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 _BREAKER_STATES = ("closed", "open", "half_open", "forced_open")
@@ -104,8 +103,14 @@ class LiveState(Collector):
 class Metrics:
     """One app's metrics: the request counters it updates and the registry it exposes."""
 
-    def __init__(self, database: Database, breakers: BreakerRegistry) -> None:
+    def __init__(
+        self,
+        database: Database,
+        breakers: BreakerRegistry,
+        jobs: Callable[[], Awaitable[Sequence[Any]]],
+    ) -> None:
         self.registry = CollectorRegistry()
+        self._jobs = jobs
         self._requests = Counter(
             "switchboard_http_requests",
             "Requests answered, by route and status.",
@@ -155,6 +160,15 @@ class Metrics:
         registry.register(self.live)
         return registry
 
+    async def scrape(self, accept: str) -> tuple[bytes, str]:
+        """A scrape's answer: the jobs' last runs read now (none when the database does not
+        answer: metrics must answer then too), in the format ``accept`` asks for."""
+        try:
+            jobs = await self._jobs()
+        except Exception:
+            jobs = []
+        return self.exposition(accept, jobs)
+
     def exposition(self, accept: str, jobs: Sequence[Any]) -> tuple[bytes, str]:
         """The metrics in the format ``accept`` asks for, and its content type."""
         encode, content_type = choose_encoder(accept)
@@ -172,18 +186,11 @@ class MetricsController(Controller):
 
     @get("/", summary="Prometheus metrics", media_type="text/plain")
     async def metrics(
-        self,
-        request: Request[Any, Any, Any],
-        metrics: NamedDependency[Metrics],
-        job_service: NamedDependency[JobService],
+        self, request: Request[Any, Any, Any], metrics: NamedDependency[Metrics]
     ) -> Response[bytes]:
         """Requests, pool, breakers, jobs and the process, in Prometheus text format (or
         OpenMetrics when the ``Accept`` header asks for it)."""
-        try:
-            jobs: list[Any] = await job_service.jobs()
-        except Exception:  # metrics must answer even when the database does not
-            jobs = []
-        body, content_type = metrics.exposition(request.headers.get("accept", ""), jobs)
+        body, content_type = await metrics.scrape(request.headers.get("accept", ""))
         if content_type.startswith("text/"):  # Litestar adds the charset to a text/ type
             content_type = content_type.replace("; charset=utf-8", "")
         return Response(body, media_type=content_type)

@@ -319,7 +319,9 @@ def uvicorn_config(app: Any, server: ServerSettings, *, host: str, port: int) ->
         log_config=None,
         log_level=None,
         access_log=False,
-        proxy_headers=False,
+        # Forwarded headers count only from the proxies named in SWITCHBOARD_TRUSTED_PROXIES.
+        proxy_headers=bool(server.trusted_proxies),
+        forwarded_allow_ips=[str(network) for network in server.trusted_proxies] or None,
         server_header=False,
     )
 

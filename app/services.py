@@ -196,7 +196,7 @@ class Services:
             database, clock, settings.webhooks.idempotency_ttl, lease, self.presence
         )
         # A2A messages resent with the same messageId are answered once (the same keys).
-        self.a2a_messages = A2AMessages(database, self.tasks, self.idempotency)
+        self.a2a_messages = A2AMessages(self.tasks, self.idempotency)
         # The jobs call the sweeps of the services above (app/jobs/table.py), found on this
         # object when a job runs.
         self.jobs = JobService(database, clock, settings.scheduler, replica, self)

@@ -34,6 +34,13 @@ def _default_data_dir() -> Path:
     return Path(base) / "switchboard"
 
 
+def _comma_separated(value: Any) -> Any:
+    """``a, b,c`` from the environment as a list; a list stays as it is."""
+    if isinstance(value, str):
+        return [part.strip() for part in value.split(",") if part.strip()]
+    return value
+
+
 class ServerSettings(BaseSettings):
     """Where the HTTP API listens and what it accepts."""
 
@@ -78,6 +85,16 @@ class ServerSettings(BaseSettings):
     # Server processes accepting on the one port (``switchboard serve --workers``): each
     # builds its own app and pool (app/supervisor.py). 0 or "auto": one per CPU.
     workers: NonNegativeInt | Literal["auto"] = 1
+    # Addresses or networks of the reverse proxies in front (comma-separated, e.g.
+    # ``10.0.0.0/8,127.0.0.1``). From a peer in one of them, X-Forwarded-For names the
+    # client (its nearest address not in the list) and X-Forwarded-Proto the scheme: the
+    # console's sign-in limit counts per client then, and its cookie is Secure behind an
+    # HTTPS proxy. From any other peer the headers are ignored. Empty: none trusted.
+    trusted_proxies: Annotated[list[IPv4Network | IPv6Network], NoDecode] = Field(
+        default_factory=list
+    )
+
+    _split_proxies = field_validator("trusted_proxies", mode="before")(_comma_separated)
 
 
 LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
@@ -465,13 +482,6 @@ class ConsoleSettings(BaseSettings):
 
 Scheme = Literal["http", "https"]
 _SCHEMES: tuple[Scheme, ...] = ("http", "https")
-
-
-def _comma_separated(value: Any) -> Any:
-    """``a, b,c`` from the environment as a list; a list stays as it is."""
-    if isinstance(value, str):
-        return [part.strip() for part in value.split(",") if part.strip()]
-    return value
 
 
 class OutboundSettings(BaseSettings):

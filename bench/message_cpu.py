@@ -3,7 +3,9 @@
 
 The app runs on this process's event loop behind httpx's ASGI transport: 40 sessions, 8
 messages at a time, 80 warm-up messages, then ``ROUNDS`` windows of 400, each reported as
-process CPU microseconds per message (and wall time). CPU time is what a busy shared host
+process CPU microseconds per message (and wall time). ``STEPS=100`` first gives every session
+100 stored agent executions (the cap), as a long-running deployment's sessions have
+(bench/seed.py). CPU time is what a busy shared host
 disturbs least, so two checkouts run alternately (base, change, base, change, ...) compare
 where wrk's req/s cannot; the client's share of the CPU is the same on both sides.
 Needs ``SWITCHBOARD_BENCH_DATABASE_URL`` (a server where databases may be created).
@@ -13,14 +15,13 @@ from __future__ import annotations
 
 import asyncio
 import os
-import time
 
 import httpx
 
 from app.asgi import create_app
-from app.db.migrate import upgrade
-from app.settings import CoordinationSettings, DatabaseSettings, Settings
-from tests import dbutil
+from app.settings import CoordinationSettings, DatabaseSettings, ServerSettings, Settings
+from bench.inprocess import measured, on_own_database, run
+from bench.seed import seed_agent_sequences, steps_wanted
 from tests.conftest import lifespan_of
 
 ADMIN = "admin-key-for-the-message-cpu-bench-0123456789"
@@ -33,6 +34,9 @@ async def measure(url: str, rounds: int) -> list[tuple[float, float]]:
         database=DatabaseSettings(pool_min_size=2, pool_max_size=10),
         # The fallback path, not escalations: as bench/run.py's messages row.
         coordination=CoordinationSettings(max_step_retries=1000, max_consecutive_fallbacks=1000),
+        # As bench/serve.py: the benchmark's one key is not rate limited (without this every
+        # run since the per-key limit came stopped at its first 429).
+        server=ServerSettings(rate_limit_per_second=0),
     )
     app = create_app(
         settings, database_url=url, admin_key=ADMIN, run_scheduler=False, run_worker=False
@@ -59,6 +63,7 @@ async def measure(url: str, rounds: int) -> list[tuple[float, float]]:
             session = await c.post("/v1/sessions", json={"user_id": user})
             session.raise_for_status()
             sessions.append(session.json()["session_id"])
+        await seed_agent_sequences(url, steps_wanted())
         async with httpx.AsyncClient(
             transport=transport, base_url="http://b", headers={"X-API-Key": key}
         ) as agent:
@@ -75,30 +80,20 @@ async def measure(url: str, rounds: int) -> list[tuple[float, float]]:
             await burst(80)
             results = []
             for _ in range(rounds):
-                cpu, wall = time.process_time(), time.perf_counter()
-                await burst(400)
-                results.append(
-                    (
-                        (time.process_time() - cpu) / 400 * 1e6,
-                        (time.perf_counter() - wall) / 400 * 1e6,
-                    )
-                )
+                window = await measured(400, lambda: burst(400))
+                results.append((window.cpu_us, window.wall_us))
             return results
 
 
 async def main() -> None:
     """Measure on a database of its own, then drop it."""
-    server = os.environ.get("SWITCHBOARD_BENCH_DATABASE_URL") or dbutil.server_url()
-    name = dbutil.unique_name("sbcpu")
-    await dbutil.create_database(server, name)
-    url = dbutil.with_database(server, name)
-    try:
-        await asyncio.to_thread(upgrade, url)
+
+    async def report(url: str) -> None:
         results = await measure(url, int(os.environ.get("ROUNDS", "2")))
         print(" ".join(f"cpu {cpu:.0f} µs, wall {wall:.0f} µs;" for cpu, wall in results))
-    finally:
-        await dbutil.drop_database(server, name)
+
+    await on_own_database("sbcpu", report)
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    run(main, uvloop=False)

@@ -60,7 +60,19 @@ class Unique:
     prefix: str
 
     def lua(self) -> tuple[str, str]:
-        return "", f'"{self.prefix}" .. counter .. "-" .. math.random(1000000000)'
+        # A nonce per wrk run, read from the kernel: the counter restarts with every run and
+        # wrk's math.random is never seeded, so "counter and a random number" repeated the
+        # warm-up's texts in the window and one connection count's in the next (the
+        # idempotent webhook then measured replays, and refusals of a key reused).
+        nonce = f"nonce_{self.name}"
+        table = (
+            f'local urandom_{self.name} = io.open("/dev/urandom", "rb")\n'
+            f'{nonce} = string.gsub(urandom_{self.name}:read(8), ".", function(c)\n'
+            '  return string.format("%02x", string.byte(c))\n'
+            "end)\n"
+            f"urandom_{self.name}:close()\n"
+        )
+        return table, f'"{self.prefix}" .. {nonce} .. "-" .. counter'
 
     def sample(self, index: int) -> str:
         return f"{self.prefix}capture{index}-{secrets.randbelow(10**9)}"

@@ -11,6 +11,10 @@ After a warm-up, ``ROUNDS`` windows of ``REQUESTS`` requests per path, paths int
 each window reports process CPU µs per request. Run two checkouts alternately (base,
 change, base, change) to compare them: CPU time is what a busy shared host disturbs least.
 
+``STEPS=100`` first gives every session 100 stored agent executions (the cap), as a
+long-running deployment's sessions have (bench/seed.py); by default the PATCHed sessions
+have none and the messages' a few.
+
 ``PROFILE=<path>`` (patch, memory, message, webhook) runs one window of that path under
 cProfile instead and prints the top functions by own and by cumulative time.
 Needs ``SWITCHBOARD_BENCH_DATABASE_URL`` (a server where databases may be created).
@@ -18,13 +22,11 @@ Needs ``SWITCHBOARD_BENCH_DATABASE_URL`` (a server where databases may be create
 
 from __future__ import annotations
 
-import asyncio
 import cProfile
 import io
 import itertools
 import os
 import pstats
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -32,9 +34,9 @@ import orjson
 from litestar import Litestar
 
 from app.asgi import create_app
-from app.db.migrate import upgrade
 from app.settings import CoordinationSettings, DatabaseSettings, ServerSettings, Settings
-from tests import dbutil
+from bench.inprocess import call, callers, measured, on_own_database, run
+from bench.seed import seed_agent_sequences, steps_wanted
 from tests.conftest import lifespan_of
 
 ADMIN = "admin-key-for-the-write-cpu-bench-0123456789"
@@ -44,72 +46,15 @@ ONE_KIB = "x" * 1000
 Request = tuple[str, str, dict[str, str], bytes]
 
 
-class Answer:
-    """What the app sent back for one request."""
-
-    __slots__ = ("body", "status")
-
-    def __init__(self) -> None:
-        self.status = 0
-        self.body = b""
-
-
-async def call(
-    app: Litestar, method: str, path: str, headers: dict[str, str], body: bytes
-) -> Answer:
-    """One request through the app's ASGI interface, as uvicorn would hand it over."""
-    path_only, _, query = path.partition("?")
-    scope: dict[str, Any] = {
-        "type": "http",
-        "asgi": {"version": "3.0", "spec_version": "2.3"},
-        "http_version": "1.1",
-        "method": method,
-        "scheme": "http",
-        "path": path_only,
-        "raw_path": path_only.encode(),
-        "query_string": query.encode(),
-        "root_path": "",
-        "headers": [
-            (b"host", b"bench"),
-            (b"content-length", str(len(body)).encode()),
-            *((k.lower().encode(), v.encode()) for k, v in headers.items()),
-        ],
-        "client": ("127.0.0.1", 40000),
-        "server": ("127.0.0.1", 8000),
-        "state": {},
-    }
-    sent = False
-    answer = Answer()
-    chunks: list[bytes] = []
-
-    async def receive() -> dict[str, Any]:
-        nonlocal sent
-        if not sent:
-            sent = True
-            return {"type": "http.request", "body": body, "more_body": False}
-        await asyncio.Event().wait()  # a client that stays connected
-        return {"type": "http.disconnect"}
-
-    async def send(message: dict[str, Any]) -> None:
-        if message["type"] == "http.response.start":
-            answer.status = message["status"]
-        elif message["type"] == "http.response.body":
-            chunks.append(message.get("body", b""))
-
-    await app(scope, receive, send)  # type: ignore[arg-type]
-    answer.body = b"".join(chunks)
-    return answer
-
-
 async def prepare(app: Litestar) -> tuple[str, list[str], list[str], list[str]]:
     """As bench/run.py: the educator's breaker open, an agent key; users, sessions to
     patch, and sessions of their own for messages (which grow the sessions they write)."""
     admin = {"authorization": f"Bearer {ADMIN}", "content-type": "application/json"}
 
     async def admin_call(method: str, path: str, data: dict[str, Any]) -> dict[str, Any]:
-        answer = await call(app, method, path, admin, orjson.dumps(data))
-        assert answer.status < 300, answer.body
-        parsed: dict[str, Any] = orjson.loads(answer.body)
+        status, body = await call(app, method, path, admin, orjson.dumps(data))
+        assert status < 300, body
+        parsed: dict[str, Any] = orjson.loads(body)
         return parsed
 
     await admin_call(
@@ -167,14 +112,12 @@ def requests(
 
 async def window(app: Litestar, make: Callable[[int], Request], n: int) -> None:
     """``n`` requests from CONCURRENCY callers; every answer must be a success."""
-    numbers = iter(range(n))
 
-    async def caller() -> None:
-        for i in numbers:
-            answer = await call(app, *make(i))
-            assert answer.status < 300, (answer.status, answer.body[:500])
+    async def one(i: int) -> None:
+        status, body = await call(app, *make(i))
+        assert status < 300, (status, body[:500])
 
-    await asyncio.gather(*(caller() for _ in range(CONCURRENCY)))
+    await callers(n, CONCURRENCY, one)
 
 
 async def measure(url: str, rounds: int, n: int, profile: str | None) -> None:
@@ -191,6 +134,7 @@ async def measure(url: str, rounds: int, n: int, profile: str | None) -> None:
     )
     async with lifespan_of(app):
         paths = requests(*await prepare(app))
+        await seed_agent_sequences(url, steps_wanted())
         for make in paths.values():
             await window(app, make, 160)
         if profile is not None:
@@ -206,35 +150,18 @@ async def measure(url: str, rounds: int, n: int, profile: str | None) -> None:
         results: dict[str, list[float]] = {name: [] for name in paths}
         for _ in range(rounds):
             for name, make in paths.items():
-                cpu = time.process_time()
-                await window(app, make, n)
-                results[name].append((time.process_time() - cpu) / n * 1e6)
+                measurement = await measured(n, lambda make=make: window(app, make, n))
+                results[name].append(measurement.cpu_us)
         for name, values in results.items():
             print(f"{name:8} " + " / ".join(f"{v:,.0f}" for v in values) + " µs per request")
 
 
 async def main() -> None:
     """Measure on a database of its own, then drop it."""
-    server = os.environ.get("SWITCHBOARD_BENCH_DATABASE_URL") or dbutil.server_url()
-    name = dbutil.unique_name("sbwcpu")
-    await dbutil.create_database(server, name)
-    url = dbutil.with_database(server, name)
-    try:
-        await asyncio.to_thread(upgrade, url)
-        await measure(
-            url,
-            int(os.environ.get("ROUNDS", "2")),
-            int(os.environ.get("REQUESTS", "400")),
-            os.environ.get("PROFILE"),
-        )
-    finally:
-        await dbutil.drop_database(server, name)
+    rounds = int(os.environ.get("ROUNDS", "2"))
+    n = int(os.environ.get("REQUESTS", "400"))
+    await on_own_database("sbwcpu", lambda url: measure(url, rounds, n, os.environ.get("PROFILE")))
 
 
 if __name__ == "__main__":
-    try:
-        import uvloop
-    except ImportError:
-        asyncio.run(main())
-    else:
-        uvloop.run(main())
+    run(main)

@@ -22,7 +22,6 @@ the coordinator and the durable task service.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import AsyncGenerator
 from uuid import UUID
 
@@ -67,18 +66,18 @@ from app.a2a.convert import (
     TERMINAL_STATES,
     a2a_task,
     answer_artifact,
-    answer_message,
     task_status,
 )
 from app.a2a.errors import as_a2a_errors
-from app.a2a.messages import A2AMessages
+from app.a2a.messages import A2AMessages, Coordinated
 from app.a2a.push import PushConfigs
 from app.a2a.schemas import MessageMetadata
 from app.a2a.store import AgentTaskStore, principal_of
 from app.auth.principal import Principal
 from app.coordination.prefer import WaitPreference
-from app.coordination.schemas import MessageAccepted, MessageRequest, MessageResult
+from app.coordination.schemas import MessageRequest
 from app.coordination.service import CoordinationService
+from app.db.pool import BeforeCommit
 from app.errors import Conflict, Forbidden, NotFound
 from app.tasks.schemas import Task as StoredTask
 from app.tasks.service import TaskService
@@ -149,16 +148,11 @@ class SwitchboardRequestHandler(RequestHandler):
             )
             session_id = await self._session_for(message, meta, principal)
 
-            async def send() -> Task | Message:
+            async def coordinate(before_commit: BeforeCommit[Coordinated] | None) -> Coordinated:
                 budget = self._coordinator.budget(WaitPreference(respond_async=respond_async))
-                result = await self._coordinator.handle_message(
-                    session_id, request, principal, budget
+                return await self._coordinator.handle_message(
+                    session_id, request, principal, budget, before_commit=before_commit
                 )
-                if isinstance(result, MessageAccepted):
-                    return a2a_task(await self._tasks.get(result.task_id))
-                if result.task_id is None:
-                    return answer_message(result, _new_id())
-                return _with_fallback(a2a_task(await self._tasks.get(result.task_id)), result)
 
             # A resend (same messageId, same context) is answered, not coordinated again.
             content = {
@@ -166,7 +160,7 @@ class SwitchboardRequestHandler(RequestHandler):
                 "metadata": MessageToDict(message.metadata),
                 "task_id": message.task_id,
             }
-            return await self._messages.once(principal, session_id, message, content, send)
+            return await self._messages.once(principal, session_id, message, content, coordinate)
 
     async def _session_for(
         self, message: Message, meta: MessageMetadata, principal: Principal
@@ -327,15 +321,6 @@ class SwitchboardRequestHandler(RequestHandler):
         )
 
 
-def _with_fallback(task: Task, result: MessageResult) -> Task:
-    """A task whose agent the coordinator stopped waiting for: what the user was told
-    meanwhile (the fallback's answer) is its status message, marked degraded."""
-    if result.degraded and task.status.state not in TERMINAL_STATES:
-        task.status.message.CopyFrom(answer_message(result, f"{task.id}-fallback"))
-        task.status.message.task_id = task.id
-    return task
-
-
 def _uuid(value: str, field: str) -> UUID:
     try:
         return UUID(value)
@@ -349,10 +334,6 @@ def _task_id(value: str) -> UUID:
         return UUID(value)
     except ValueError:
         raise TaskNotFoundError from None
-
-
-def _new_id() -> str:
-    return str(uuid.uuid4())
 
 
 def plain_text(message: Message) -> str:

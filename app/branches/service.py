@@ -27,7 +27,7 @@ from app.branches.schemas import (
 from app.clock import Clock
 from app.common.pagination import DEFAULT_LIMIT
 from app.common.preconditions import MAX_VERSION
-from app.db.pool import Connection, Database
+from app.db.pool import BeforeCommit, Connection, Database
 from app.errors import (
     BadRequest,
     Conflict,
@@ -265,11 +265,14 @@ class BranchService:
         *,
         decision: msgspec.Struct | None = None,
         event: NewEvent | None = None,
+        before_commit: BeforeCommit[tuple[Session, UUID | None]] | None = None,
     ) -> tuple[Session, UUID | None]:
         """A server-side change on the branch (a coordinator's turn, a task's late answer):
         ``mutate`` applied to the branch's head under its row lock and written as its next
         version, with ``decision`` (naming the branch; its id is returned) and ``event``.
-        404 for an unknown branch, 409 for a merged one or a closed session."""
+        404 for an unknown branch, 409 for a merged one or a closed session.
+        ``before_commit`` runs in the write's transaction with what it wrote (the branch
+        shown as its session)."""
         now = self._clock.now()
         async with self._db.transaction() as conn:
             session = await _session(conn, session_id)
@@ -286,10 +289,12 @@ class BranchService:
                 decision=decision,
                 event=event,
             )
-        if written is None:  # cannot happen while we hold the row lock
-            raise VersionConflict(f"Branch {name!r} changed underneath this write.")
-        updated, decision_id = written
-        return session_at(updated, session), decision_id
+            if written is None:  # cannot happen while we hold the row lock
+                raise VersionConflict(f"Branch {name!r} changed underneath this write.")
+            shown = session_at(written[0], session), written[1]
+            if before_commit is not None:
+                await before_commit(conn, shown)
+        return shown
 
     async def merge(
         self,

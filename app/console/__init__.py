@@ -74,7 +74,7 @@ def console_parts(
             static,
         ],
         template_config=TemplateConfig(directory=HERE / "templates", engine=JinjaTemplateEngine),
-        reads=ConsoleReads(database, clock, services.agents, services.breaker_admin, services.jobs),
+        reads=ConsoleReads(database, clock, services),
         auth=ConsoleAuth(
             signer=SessionSigner(derive_secret(admin_key, settings.console.secret)),
             agents=services.agents,

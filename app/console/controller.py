@@ -1,5 +1,6 @@
 """The console's pages and forms. Each handler reads its input, calls the service the API
-calls for the same thing, and renders a template or redirects (post/redirect/get)."""
+calls for the same thing (a page that shows several services' answers calls ConsoleReads,
+which calls them), and renders a template or redirects (post/redirect/get)."""
 
 from __future__ import annotations
 
@@ -17,10 +18,8 @@ from litestar.response import Redirect, Template
 
 from app.agents.service import AgentService
 from app.auth.keys import hash_key
-from app.branches.service import BranchService
 from app.common.pagination import DEFAULT_LIMIT
 from app.console.charts import overview_charts
-from app.console.diff import diff_versions
 from app.console.gate import (
     ConsoleAuth,
     Operator,
@@ -40,17 +39,15 @@ from app.console.pages import (
     redirect_done,
     render_page,
 )
-from app.console.reads import DEFAULT_WINDOW, WINDOWS, ConsoleReads
+from app.console.reads import DEFAULT_WINDOW, PAGE_ROWS, WINDOWS, ConsoleReads
 from app.console.repository import SessionFilter
 from app.console.session import COOKIE_NAME, COOKIE_PATH, LOGIN_COOKIE_NAME, same_token
 from app.coordination.breaker_admin import BreakerAdmin
 from app.coordination.escalation import EscalationService
-from app.coordination.service import CoordinationService
 from app.errors import BadRequest, Forbidden
 from app.events.schemas import EVENT_TYPES
 from app.events.streams import EventStreamResponse, EventStreams, parse_cursor, parse_types
 from app.jobs.service import JobService
-from app.memories.service import MemoryService
 from app.sessions.lifecycle import SessionLifecycle
 from app.sessions.schemas import Rollback, SessionStatus
 from app.sessions.service import SessionService
@@ -69,8 +66,6 @@ TASK_LIVE_TYPES = "task.completed,task.dead_lettered,task.failed,task.transition
 SESSION_LIVE_TYPES = ",".join(sorted(LIVE_TYPES - {"breaker.changed"}))
 DEAD_LETTER_STATES = ("open", "requeued", "discarded", "all")
 BREAKER_STATES = ("open", "closed")
-# Short lists on the session page; each links to the full, paged list where there is one.
-SESSION_PAGE_ROWS = 20
 # Where a task's cancel form sends the operator back to: its own page or the tasks list.
 CANCEL_RETURNS = ("task", "tasks")
 
@@ -260,7 +255,7 @@ class ConsoleController(Controller):
             created_until=parse_when(created_until, "created_until"),
         )
         found = await console_reads.search_sessions(where, DEFAULT_LIMIT, cursor)
-        archived = await console_reads.archived_sessions(SESSION_PAGE_ROWS, archived_cursor)
+        archived = await console_reads.archived_sessions(PAGE_ROWS, archived_cursor)
         query = {
             "user": user or "",
             "status": status or "",
@@ -287,11 +282,7 @@ class ConsoleController(Controller):
         self,
         request: AnyRequest,
         session_id: FromPath[UUID],
-        session_service: NamedDependency[SessionService],
-        branch_service: NamedDependency[BranchService],
-        coordinator: NamedDependency[CoordinationService],
-        tasks: NamedDependency[TaskService],
-        memory_service: NamedDependency[MemoryService],
+        console_reads: NamedDependency[ConsoleReads],
         old: Annotated[int | None, QueryParameter(ge=1)] = None,
         new: Annotated[int | None, QueryParameter(ge=1)] = None,
         versions_cursor: FromQuery[str | None] = None,
@@ -299,34 +290,28 @@ class ConsoleController(Controller):
     ) -> Template:
         """A session: state, timeline, decisions, versions with a diff, branches, tasks, and
         the memories the operator's key sees for it (what the context endpoint gives)."""
-        session = await session_service.get_session(session_id)
-        versions = await session_service.list_versions(
-            session_id, SESSION_PAGE_ROWS, versions_cursor
+        page = await console_reads.session_page(
+            session_id,
+            operator_of(request).principal,
+            old,
+            new,
+            versions_cursor,
+            memories_cursor,
         )
-        new_version = new if new is not None else session.version
-        old_version = old if old is not None else max(new_version - 1, 1)
-        diff = None
-        if old_version != new_version:
-            diff = diff_versions(
-                await session_service.get_version(session_id, old_version),
-                await session_service.get_version(session_id, new_version),
-            )
         return render_page(
             request,
             "session.html",
             nav="sessions",
-            s=session,
-            versions=versions,
-            diff=diff,
-            old=old_version,
-            new=new_version,
-            decisions=await coordinator.list_decisions(session_id, SESSION_PAGE_ROWS, None),
-            branches=await branch_service.list_branches(session_id),
-            tasks=await tasks.list_for_session(session_id, SESSION_PAGE_ROWS, None),
-            memories=await memory_service.session_memories(
-                session_id, operator_of(request).principal, SESSION_PAGE_ROWS, memories_cursor
-            ),
-            retention={c.name: c.retention_seconds for c in await memory_service.list_categories()},
+            s=page.session,
+            versions=page.versions,
+            diff=page.diff,
+            old=page.old,
+            new=page.new,
+            decisions=page.decisions,
+            branches=page.branches,
+            tasks=page.tasks,
+            memories=page.memories,
+            retention=page.retention,
             memories_cursor=memories_cursor,
             live_types=SESSION_LIVE_TYPES,
         )

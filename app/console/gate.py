@@ -78,8 +78,8 @@ class ConsoleAuth:
 
 
 def client_address(request: Request[Any, Any, Any]) -> str:
-    """The address the request came from, as the server saw it: behind a proxy, the
-    proxy's (the server does not trust forwarded headers)."""
+    """The address the request came from: the peer's, or behind a proxy named in
+    SWITCHBOARD_TRUSTED_PROXIES the client it forwards for (uvicorn's proxy headers)."""
     return request.client.host if request.client is not None else "unknown"
 
 

@@ -19,14 +19,11 @@ from app.common.pagination import DEFAULT_LIMIT
 from app.console.gate import require_admin
 from app.console.pages import AnyRequest, choice, redirect_done, render_page
 from app.console.reads import ConsoleReads
-from app.coordination.breaker_admin import BreakerAdmin
-from app.errors import BadGateway, NotFound, ValidationFailed
+from app.errors import BadGateway, ValidationFailed
 from app.events.schemas import EVENT_TYPES
 from app.events.service import EventService
 
 DELIVERY_STATES = ("pending", "delivered", "dead")
-# Recent tasks on an agent's page; the task list, filtered by the agent, has them all.
-AGENT_PAGE_TASKS = 20
 # What a redirect's ?done= says happened (a fixed word, never a value from the request):
 # what went as asked, and what did not (shown as an alert, with the error the agent's row
 # recorded).
@@ -62,28 +59,19 @@ class OperationsController(Controller):
 
     @get("/agents/{name:str}")
     async def agent(
-        self,
-        request: AnyRequest,
-        name: FromPath[str],
-        agent_service: NamedDependency[AgentService],
-        breaker_admin: NamedDependency[BreakerAdmin],
-        console_reads: NamedDependency[ConsoleReads],
+        self, request: AnyRequest, name: FromPath[str], console_reads: NamedDependency[ConsoleReads]
     ) -> Template:
         """An agent: its registry entry, its A2A card as stored, its skills, its breaker and
         its recent tasks."""
-        agent = await agent_service.get_agent(name)
-        try:
-            card = await agent_service.get_card(name)
-        except NotFound:
-            card = None
+        page = await console_reads.agent_page(name)
         return _operations_page(
             request,
             "agent.html",
             nav="agents",
-            a=agent,
-            card=card,
-            breaker=await breaker_admin.breaker(name),
-            tasks=await console_reads.tasks(None, name, AGENT_PAGE_TASKS, None),
+            a=page.agent,
+            card=page.card,
+            breaker=page.breaker,
+            tasks=page.tasks,
             tasks_query=urlencode({"agent": name}),
         )
 

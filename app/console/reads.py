@@ -1,18 +1,27 @@
-"""What the console reads that no API service answers: the overview's counts and the session
-search across users. Paged with the API's keyset cursors (app/common/pagination.py)."""
+"""What the console reads: what no API service answers (the overview's counts, the session
+search across users), and the pages that gather from several services (a session's, an
+agent's), each part from the service the API's route calls. Paged with the API's keyset
+cursors (app/common/pagination.py).
+
+A page's handler asks Litestar for this one object, not for each service: Litestar resolves
+two or more independent dependencies of a handler in an anyio task group, a task per
+dependency per request (tests/unit/test_dependencies.py holds every route to one)."""
 
 from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Generic, TypeVar
+from typing import TYPE_CHECKING, Generic, TypeVar
+from uuid import UUID
 
-from app.agents.schemas import Agent
-from app.agents.service import AgentService
+from app.agents.schemas import Agent, PublishedCard
+from app.auth.principal import Principal
+from app.branches.schemas import BranchList
 from app.clock import Clock
 from app.common.pagination import FIRST_PAGE, cut_page, decode_time_id_cursor
 from app.console import repository as repo
+from app.console.diff import VersionDiff, diff_versions
 from app.console.repository import (
     ActivityBucket,
     AgentHour,
@@ -21,11 +30,16 @@ from app.console.repository import (
     SessionRow,
     TaskRow,
 )
-from app.coordination.breaker_admin import BreakerAdmin
-from app.coordination.schemas import BreakerView
+from app.coordination.schemas import BreakerView, DecisionPage
 from app.db.pool import Database
+from app.errors import NotFound
 from app.jobs.schemas import JobInfo
-from app.jobs.service import JobService
+from app.memories.schemas import MemoryPage
+from app.sessions.schemas import Session, SessionVersionPage
+from app.tasks.schemas import TaskPage
+
+if TYPE_CHECKING:
+    from app.services import Services
 
 T = TypeVar("T")
 # The overview's window for each agent's task volume, failures and run time.
@@ -36,6 +50,9 @@ WINDOWS = {
     "24h": (timedelta(hours=24), timedelta(hours=1)),
 }
 DEFAULT_WINDOW = "1h"
+# Short lists on the console's pages (a session's versions, decisions, tasks and memories,
+# an agent's recent tasks, the archived sessions); each links to the full, paged list.
+PAGE_ROWS = 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,22 +105,99 @@ class Page(Generic[T]):
     next_cursor: str | None
 
 
-class ConsoleReads:
-    """The console's read model over the same database, agents, breakers and jobs."""
+@dataclass(frozen=True, slots=True)
+class SessionPage:
+    """A session's page: the session, its versions with the diff of two of them, its
+    decisions, branches and tasks, and the memories the operator's key sees for it (what
+    the context endpoint gives) with their categories' retention."""
 
-    def __init__(
-        self,
-        database: Database,
-        clock: Clock,
-        agents: AgentService,
-        breakers: BreakerAdmin,
-        jobs: JobService,
-    ) -> None:
+    session: Session
+    versions: SessionVersionPage
+    diff: VersionDiff | None
+    old: int
+    new: int
+    decisions: DecisionPage
+    branches: BranchList
+    tasks: TaskPage
+    memories: MemoryPage
+    retention: dict[str, int | None]
+
+
+@dataclass(frozen=True, slots=True)
+class AgentPage:
+    """An agent's page: its registry entry, its A2A card as stored (if any), its breaker as
+    this replica holds it, and its recent tasks."""
+
+    agent: Agent
+    card: PublishedCard | None
+    breaker: BreakerView
+    tasks: Page[TaskRow]
+
+
+class ConsoleReads:
+    """The console's read model over the same database and the API's services."""
+
+    def __init__(self, database: Database, clock: Clock, services: Services) -> None:
         self._db = database
         self._clock = clock
-        self._agents = agents
-        self._breakers = breakers
-        self._jobs = jobs
+        self._agents = services.agents
+        self._breakers = services.breaker_admin
+        self._jobs = services.jobs
+        self._sessions = services.sessions
+        self._branches = services.branches
+        self._coordinator = services.coordinator
+        self._tasks = services.tasks
+        self._memories = services.memories
+
+    async def session_page(
+        self,
+        session_id: UUID,
+        principal: Principal,
+        old: int | None,
+        new: int | None,
+        versions_cursor: str | None,
+        memories_cursor: str | None,
+    ) -> SessionPage:
+        """The session's page; the diff is from ``old`` (default: the version before
+        ``new``) to ``new`` (default: the current one), none when they are the same."""
+        session = await self._sessions.get_session(session_id)
+        versions = await self._sessions.list_versions(session_id, PAGE_ROWS, versions_cursor)
+        new_version = new if new is not None else session.version
+        old_version = old if old is not None else max(new_version - 1, 1)
+        diff = None
+        if old_version != new_version:
+            diff = diff_versions(
+                await self._sessions.get_version(session_id, old_version),
+                await self._sessions.get_version(session_id, new_version),
+            )
+        return SessionPage(
+            session=session,
+            versions=versions,
+            diff=diff,
+            old=old_version,
+            new=new_version,
+            decisions=await self._coordinator.list_decisions(session_id, PAGE_ROWS, None),
+            branches=await self._branches.list_branches(session_id),
+            tasks=await self._tasks.list_for_session(session_id, PAGE_ROWS, None),
+            memories=await self._memories.session_memories(
+                session_id, principal, PAGE_ROWS, memories_cursor
+            ),
+            retention={c.name: c.retention_seconds for c in await self._memories.list_categories()},
+        )
+
+    async def agent_page(self, name: str) -> AgentPage:
+        """The agent's page (404 for an unknown agent)."""
+        agent = await self._agents.get_agent(name)
+        try:
+            card: PublishedCard | None = await self._agents.get_card(name)
+        except NotFound:
+            card = None
+        return AgentPage(
+            agent=agent,
+            card=card,
+            breaker=await self._breakers.breaker(name),
+            tasks=await self.tasks(None, name, PAGE_ROWS, None),
+        )
 
     async def agents(self) -> list[AgentRow]:
         """Every registered agent and its breaker."""

@@ -91,7 +91,7 @@ from app.coordination.tasks import (
     task_priority,
 )
 from app.coordination.turn import Turn, apply_turn
-from app.db.pool import Database
+from app.db.pool import BeforeCommit, Connection, Database
 from app.errors import Conflict
 from app.memories.schemas import Memory
 from app.sessions.schemas import PendingAction, Session, SessionContent
@@ -212,17 +212,28 @@ class CoordinationService:
         principal: Principal,
         budget: WaitBudget | None = None,
         branch: str | None = None,
+        before_commit: BeforeCommit[MessageResult | MessageAccepted] | None = None,
     ) -> MessageResult | MessageAccepted:
         """Coordinate one user message end to end, waiting for its agent's task up to
         ``budget`` (default: the configured wait); MessageAccepted when the budget says
         respond-async and the task still works. On ``branch``: read from and written to
-        that branch of the session (404 unknown, 409 merged), main untouched."""
+        that branch of the session (404 unknown, 409 merged), main untouched.
+        ``before_commit`` gets the answer inside the transaction that writes the turn (a
+        resend's key is sealed so: both commit or neither); an escalation the turn starts
+        is written after it, so that answer's ``session_status`` does not show it."""
         target = self._targets.of(session_id, branch)
         session = await target.document()
         refuse_if_escalated(session)  # it waits for a person: nothing is processed
         flags = set(data.context_flags)
         return await self._coordinate(
-            target, session, data.text, flags, principal, None, budget or self.budget()
+            target,
+            session,
+            data.text,
+            flags,
+            principal,
+            None,
+            budget or self.budget(),
+            before_commit,
         )
 
     async def next_pending(
@@ -279,10 +290,12 @@ class CoordinationService:
         principal: Principal,
         pending: PendingAction | None,
         budget: WaitBudget,
+        before_commit: BeforeCommit[MessageResult | MessageAccepted] | None = None,
     ) -> MessageResult | MessageAccepted:
         """Classify and rank (or take the claimed action), route, run the agent's task
         and wait for it (or answer with its fallback), then write the session change and
-        its decision with one statement (to ``target``: the session or a branch)."""
+        its decision with one statement (to ``target``: the session or a branch), in one
+        transaction with ``before_commit`` when there is one."""
         started = time.monotonic()
         # A session that cannot be written is refused before any work; its typed content
         # (validated once here) is the base the turn is decided and written on.
@@ -344,13 +357,33 @@ class CoordinationService:
         def mutate(current: Session, now: datetime) -> tuple[SessionContent, str]:
             return applied if current is session else apply_turn(content_of(current), now, turn)
 
-        # The decision is stored by the statement that writes the session (same version).
-        updated, decision_id = await target.write(
-            principal.name, mutate, read=session, decision=decision
+        def answer(written: tuple[Session, UUID | None]) -> MessageResult | MessageAccepted:
+            updated, decision_id = written
+            if decision_id is None:  # the statement writes both or neither
+                raise RuntimeError("The session was written without its decision.")
+            if outcome.accepted:
+                accepted = outcome.accepted_result(updated, decision_id, rules, target.branch)
+                return replace(accepted, next_step=next_step)
+            result = outcome.result(updated, decision_id, rules, _ms_since(started), target.branch)
+            return replace(result, next_step=next_step, session_status=updated.status)
+
+        answered: list[MessageResult | MessageAccepted] = []
+
+        async def commit_with(conn: Connection, written: tuple[Session, UUID | None]) -> None:
+            answered[:] = [answer(written)]
+            if before_commit is not None:
+                await before_commit(conn, answered[0])
+
+        # The decision is stored by the statement that writes the session (same version);
+        # what must commit with the turn (a resend's stored answer) runs in its transaction.
+        written = await target.write(
+            principal.name,
+            mutate,
+            read=session,
+            decision=decision,
+            before_commit=commit_with if before_commit is not None else None,
         )
-        if decision_id is None:  # the statement writes both or neither
-            raise RuntimeError("The session was written without its decision.")
-        status = updated.status
+        reply = answered[0] if answered else answer(written)
         if decided.escalates:
             task = outcome.task
             escalated = await self._escalation.escalate(
@@ -359,12 +392,9 @@ class CoordinationService:
                 decided,
                 task_id=task.task_id if task else None,
             )
-            status = "escalated" if escalated is not None else status
-        if outcome.accepted:
-            accepted = outcome.accepted_result(updated, decision_id, rules, target.branch)
-            return replace(accepted, next_step=next_step)
-        result = outcome.result(updated, decision_id, rules, _ms_since(started), target.branch)
-        return replace(result, next_step=next_step, session_status=status)
+            if escalated is not None and isinstance(reply, MessageResult):
+                reply = replace(reply, session_status="escalated")
+        return reply
 
     def _step_event(
         self, session: Session, after: SessionContent, outcome: TurnOutcome, turn: Turn

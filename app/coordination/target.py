@@ -26,7 +26,7 @@ from app.coordination.memory_updates import (
     apply_memory_updates,
 )
 from app.coordination.schemas import AgentResponse, MemoryUpdateOutcome
-from app.db.pool import Database
+from app.db.pool import BeforeCommit, Database
 from app.events.schemas import NewEvent
 from app.memories.branch_service import BranchMemoryService
 from app.memories.schemas import BranchMemory, Memory
@@ -69,11 +69,19 @@ class SessionTarget:
         read: Session | None = None,
         decision: msgspec.Struct | None = None,
         event: NewEvent | None = None,
+        before_commit: BeforeCommit[tuple[Session, UUID | None]] | None = None,
     ) -> tuple[Session, UUID | None]:
         """``mutate`` applied to the head and written as the next version, with
-        ``decision`` (its id returned) and ``event``; ``read``: the document as last read."""
+        ``decision`` (its id returned) and ``event``; ``read``: the document as last read;
+        ``before_commit``: work that commits with the write."""
         return await self._sessions.apply_change(
-            self.session_id, actor, mutate, read=read, decision=decision, event=event
+            self.session_id,
+            actor,
+            mutate,
+            read=read,
+            decision=decision,
+            event=event,
+            before_commit=before_commit,
         )
 
     async def remember(
@@ -131,10 +139,17 @@ class BranchTarget:
         read: Session | None = None,
         decision: msgspec.Struct | None = None,
         event: NewEvent | None = None,
+        before_commit: BeforeCommit[tuple[Session, UUID | None]] | None = None,
     ) -> tuple[Session, UUID | None]:
         """The branch's next version (under its row lock: ``read`` is not needed)."""
         return await self._branches.apply_change(
-            self.session_id, self.name, actor, mutate, decision=decision, event=event
+            self.session_id,
+            self.name,
+            actor,
+            mutate,
+            decision=decision,
+            event=event,
+            before_commit=before_commit,
         )
 
     async def remember(

@@ -81,11 +81,7 @@ def apply_turn(
     # Tasks whose end was written before this turn (a fast agent's task can end, and its
     # hook write the session, between the turn's detaching it and the turn's own write):
     # their steps stand, and the turn neither reopens them nor binds an action to them.
-    ended: dict[str, ExecutionStatus] = {
-        step.task_id: step.status
-        for step in base.agent_sequence
-        if step.task_id is not None and step.status != "executing"
-    }
+    ended = base.agent_sequence.ended_tasks()
     actions = _queue(list(state.pending_actions), now, turn, new_id, ended)
     context = state.conversation_context
     context_changes: dict[str, object] = {"turn_count": context.turn_count + 1}
@@ -178,17 +174,18 @@ def apply_task_end(base: SessionContent, now: datetime, end: TaskEnd) -> tuple[S
     state = base.session_state
     summary = clip(end.reply, OUTPUT_SUMMARY_CHARS)
     status: ExecutionStatus = "completed" if end.answered else "failed"
-    sequence = list(base.agent_sequence)
-    index = next((i for i, step in enumerate(sequence) if step.task_id == end.task_id), None)
+    sequence = base.agent_sequence
+    index = sequence.index_of_task(end.task_id)
     if index is not None:
+        step = sequence[index]  # the one stored step this write types
         closed = evolve(
-            sequence[index],
+            step,
             status=status,
             completion_time=now,
             output_summary=summary,
-            next_agent=end.next_agent or sequence[index].next_agent,
+            next_agent=end.next_agent or step.next_agent,
         )
-        sequence[index] = closed
+        sequence = sequence.replaced(index, closed)
     else:
         sequence = append_execution(
             sequence,

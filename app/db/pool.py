@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from typing import Any, TypeAlias
+from typing import Any, TypeAlias, TypeVar
 
 import asyncpg
 import orjson
@@ -22,6 +22,11 @@ from app.tracing import current_traceparent
 
 # What repositories receive: a pooled connection (a proxy) or, in scripts, a plain one.
 Connection: TypeAlias = "asyncpg.Connection[asyncpg.Record] | PoolConnectionProxy[asyncpg.Record]"
+T = TypeVar("T")
+# Work that must commit with a write (a memory's, a session's): it gets the write's
+# connection, inside its transaction, and what the write stored; raising rolls the write
+# back. How an Idempotency-Key's answer is stored with its effect (app/webhooks/idempotency.py).
+BeforeCommit = Callable[[Connection, T], Awaitable[None]]
 
 
 def _json_default(value: Any) -> str:

@@ -5,6 +5,7 @@ processes, so the exactly-once guarantee lives in PostgreSQL, not in APScheduler
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
@@ -43,27 +44,26 @@ class Scheduler:
                 coalesce=True,
                 misfire_grace_time=None,
             )
-        self._scheduler.add_job(
-            self._deliver,
-            "interval",
-            seconds=settings.delivery_interval.total_seconds(),
-            id="event_delivery",
-            max_instances=1,
-            coalesce=True,
-        )
-        # Events get their positions here too, not only from a process that serves streams:
-        # where nobody streams for days, the events of every write would pile up unnumbered,
-        # and the first stream to open would have to number all of them (a million after an
-        # expiry sweep of a million sessions) before it could start. Every replica runs it;
-        # the numbering's advisory lock lets one at a time through, the others find nothing.
-        self._scheduler.add_job(
-            self._number,
-            "interval",
-            seconds=settings.delivery_interval.total_seconds(),
-            id="event_numbering",
-            max_instances=1,
-            coalesce=True,
-        )
+        # Events are delivered, and numbered, on one interval. Numbered here too, not only by
+        # a process that serves streams: where nobody streams for days, the events of every
+        # write would pile up unnumbered, and the first stream to open would have to number
+        # all of them (a million after an expiry sweep of a million sessions) before it could
+        # start. Every replica runs it; the numbering's advisory lock lets one at a time
+        # through, the others find nothing.
+        event_jobs: dict[str, Callable[[], Awaitable[object]]] = {
+            "delivery": self._events.deliver_due,
+            "numbering": self._hub.number_committed,
+        }
+        for name, call in event_jobs.items():
+            self._scheduler.add_job(
+                self._guarded,
+                "interval",
+                seconds=settings.delivery_interval.total_seconds(),
+                args=[name, call],
+                id=f"event_{name}",
+                max_instances=1,
+                coalesce=True,
+            )
         self._scheduler.start()
         logger.info("scheduler started (%s), replica %s", ", ".join(JOBS), self._jobs.replica_id)
 
@@ -100,16 +100,11 @@ class Scheduler:
                 extra={"job": name, "status": run.status, "rows": run.rows_affected},
             )
 
-    async def _deliver(self) -> None:
-        with self._tracing.span("job event_delivery"):
+    async def _guarded(self, name: str, call: Callable[[], Awaitable[object]]) -> None:
+        """One run of the event job ``event_<name>``, a trace of its own; a failure is
+        logged and the next interval tries again."""
+        with self._tracing.span(f"job event_{name}"):
             try:
-                await self._events.deliver_due()
+                await call()
             except Exception:
-                logger.exception("event delivery failed; will retry", extra={"job": "delivery"})
-
-    async def _number(self) -> None:
-        with self._tracing.span("job event_numbering"):
-            try:
-                await self._hub.number_committed()
-            except Exception:
-                logger.exception("numbering events failed; will retry", extra={"job": "numbering"})
+                logger.exception("event %s failed; will retry", name, extra={"job": name})

@@ -15,7 +15,7 @@ import orjson
 from app.auth.principal import Principal
 from app.clock import Clock
 from app.common.pagination import FIRST_PAGE, cut_page, decode_time_id_cursor
-from app.db.pool import Connection, Database
+from app.db.pool import BeforeCommit, Connection, Database
 from app.errors import (
     Conflict,
     NotFound,
@@ -53,9 +53,6 @@ from app.settings import MemorySettings
 
 FALLBACK_CATEGORY = "session_data"
 T = TypeVar("T")
-# Work that must commit with a write: it gets the write's connection, inside its
-# transaction, and what the write stored; raising rolls the write back.
-BeforeCommit = Callable[[Connection, T], Awaitable[None]]
 _BEGINNING = datetime(1970, 1, 1, tzinfo=UTC)
 
 

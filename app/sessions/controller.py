@@ -78,11 +78,12 @@ MERGE_HEADERS = [
 AnyRequest = Request[Principal, Any, Any]
 
 
-def _with_etag(session: Session, status_code: int = 200) -> Response[Session]:
-    return Response(session, status_code=status_code, headers={"ETag": etag(session.version)})
+def _with_etag(session: Session, status_code: int = 200) -> LeanResponse[Session]:
+    """The session with its version as the ETag; callers may add headers before returning."""
+    return LeanResponse(session, status_code=status_code, headers={"ETag": etag(session.version)})
 
 
-def _written(session: Session, bases: set[int] | None) -> Response[Session]:
+def _written(session: Session, bases: set[int] | None) -> LeanResponse[Session]:
     """The written session; says ``Preference-Applied: merge=auto`` if it was merged."""
     response = _with_etag(session)
     if merged_write(bases, session.version):
@@ -126,7 +127,7 @@ class SessionController(Controller):
                 status_code=HTTP_304_NOT_MODIFIED,
                 headers={"ETag": etag(session.version)},
             )
-        return LeanResponse(session, headers={"ETag": etag(session.version)})
+        return _with_etag(session)
 
     @patch(
         "/{session_id:uuid}",

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 from uuid import UUID
 
 import msgspec
@@ -19,6 +19,9 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_vali
 
 from app.common.preconditions import MAX_VERSION
 from app.common.validation import DateTime, reject_deep_json
+
+if TYPE_CHECKING:  # app/sessions/sequence.py types its steps with this module's models
+    from app.sessions.sequence import AgentSequence
 
 SessionType = Literal["multi_agent_chat", "planning_session", "consultation", "education"]
 # Where a session is in its work. Expiry is not a status: an expired session leaves for the
@@ -294,7 +297,8 @@ class SessionContent:
     are never set here: their columns are the truth."""
 
     session_state: SessionState
-    agent_sequence: list[AgentExecution]
+    # Typed where a write touched it, the other steps as stored (app/sessions/sequence.py).
+    agent_sequence: AgentSequence
     coordination_metadata: CoordinationMetadata
     current_agent: str | None
     progress_percentage: int

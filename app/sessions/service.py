@@ -21,7 +21,7 @@ from app.common.pagination import (
 )
 from app.common.preconditions import MAX_VERSION
 from app.common.validation import validate_input
-from app.db.pool import Connection, Database
+from app.db.pool import BeforeCommit, Connection, Database
 from app.errors import (
     BadRequest,
     Conflict,
@@ -34,7 +34,6 @@ from app.events.schemas import NewEvent
 from app.sessions import repository as repo
 from app.sessions.schemas import (
     CLOSED_STATUSES,
-    AgentExecution,
     Completion,
     Handoff,
     Rollback,
@@ -46,6 +45,7 @@ from app.sessions.schemas import (
     SessionVersion,
     SessionVersionPage,
 )
+from app.sessions.sequence import EMPTY, AgentSequence
 from app.sessions.state import (
     PATCHABLE,
     close_current_execution,
@@ -56,9 +56,9 @@ from app.sessions.state import (
     merge_contents,
     merge_patch,
     resolve_mirrored,
-    sequence_of,
     session_at,
     start_execution,
+    typed_content,
     version_content,
 )
 from app.settings import SessionSettings
@@ -72,7 +72,7 @@ Mutation = Callable[[Session, datetime], tuple[SessionContent, str]]
 
 def _content_from_editable(
     editable: SessionEditable,
-    base_sequence: list[AgentExecution],
+    base_sequence: AgentSequence,
     completed_at: datetime | None,
     *,
     status: str | None = None,
@@ -182,7 +182,7 @@ class SessionService:
         priority = "normal" if priority is None else priority
         content = SessionContent(
             session_state=evolve(data.session_state, progress_percentage=None),
-            agent_sequence=[],
+            agent_sequence=EMPTY,
             coordination_metadata=evolve(data.coordination_metadata, session_priority=None),
             current_agent=data.current_agent,
             progress_percentage=progress,
@@ -342,17 +342,28 @@ class SessionService:
         read: Session | None = None,
         decision: msgspec.Struct | None = None,
         event: NewEvent | None = None,
+        before_commit: BeforeCommit[tuple[Session, UUID | None]] | None = None,
     ) -> tuple[Session, UUID | None]:
         """A server-side change (the coordinator's): applied to whatever version is current,
         versioned like any other write. ``read`` is the session as the caller last read it,
         tried first as the base; ``decision`` is logged with the new version (its id is
-        returned with the session), and ``event`` is written to the outbox with it."""
+        returned with the session), and ``event`` is written to the outbox with it.
+        ``before_commit`` runs in the write's transaction with what it wrote."""
 
         def guarded(current: Session, now: datetime) -> tuple[SessionContent, str]:
             require_open(current)
             return mutate(current, now)
 
-        return await self._write(session_id, None, actor, guarded, read, decision, event=event)
+        return await self._write(
+            session_id,
+            None,
+            actor,
+            guarded,
+            read,
+            decision,
+            event=event,
+            before_commit=before_commit,
+        )
 
     # -- helpers -----------------------------------------------------------------------
 
@@ -387,17 +398,20 @@ class SessionService:
         *,
         merge: bool = False,
         event: NewEvent | None = None,
+        before_commit: BeforeCommit[tuple[Session, UUID | None]] | None = None,
     ) -> tuple[Session, UUID | None]:
         """Check the base version, apply ``mutate``, bump and record the version.
 
         Optimistic first: read (unless ``read`` is given), then one statement that writes
-        only if the version is unchanged (no transaction). A write that keeps losing that
-        race takes the row lock instead. With ``merge``, a write based on an older version
-        is merged three-way with what happened since instead of refused.
+        only if the version is unchanged (no transaction, unless ``before_commit`` must
+        commit with the write). A write that keeps losing that race takes the row lock
+        instead. With ``merge``, a write based on an older version is merged three-way with
+        what happened since instead of refused.
         """
         now = self._clock.now()
+        atomic = before_commit is not None
         for _ in range(_OPTIMISTIC_ATTEMPTS):
-            async with self._db.connection() as conn:
+            async with self._db.transaction() if atomic else self._db.connection() as conn:
                 if read is None or read.session_id != session_id:
                     read = await repo.get_session(conn, session_id)
                 current = _found(session_id, read)
@@ -414,6 +428,8 @@ class SessionService:
                     mark,
                     event,
                 )
+                if written is not None and before_commit is not None:
+                    await before_commit(conn, written)
             if written is not None:
                 return written
             read = None  # someone else wrote first: read again
@@ -434,6 +450,8 @@ class SessionService:
             )
             if written is None:  # cannot happen while we hold the row lock
                 raise VersionConflict(f"Session {session_id} changed underneath this write.")
+            if before_commit is not None:
+                await before_commit(conn, written)
         return written
 
     async def _change(
@@ -459,7 +477,8 @@ class SessionService:
             raise _stale(current, bases)
         require_open(current)
         proposed, reason = self._bounded(mutate(session_at(found, current), now))
-        merged = merge_contents(version_content(found, current), content_of(current), proposed)
+        # The base as stored, as the current content is: the merge compares stored steps.
+        merged = merge_contents(typed_content(found, current), content_of(current), proposed)
         if not merged.clean:
             raise MergeConflicted(
                 f"Session {current.session_id} is at version {current.version}; this write, "
@@ -531,8 +550,8 @@ def patched(current: Session, patch: dict[str, Any]) -> SessionContent:
     )
     editable = validate_input(SessionEditable, merged, what="session after this patch")
     closed_status = current.status if current.status in CLOSED_STATUSES else None
-    # The sequence is not patchable: it is carried over as stored.
-    sequence = sequence_of(current.agent_sequence)
+    # The sequence is not patchable: it is carried over as stored, not even parsed.
+    sequence = AgentSequence.carried(current.agent_sequence)
     content = _content_from_editable(editable, sequence, current.completed_at, status=closed_status)
     return content
 

@@ -12,9 +12,9 @@ from datetime import datetime
 from typing import Any, Protocol, TypeVar
 
 import msgspec
-from pydantic import BaseModel, TypeAdapter, ValidationError
+from pydantic import BaseModel
 
-from app.common.validation import field_errors, validate_as
+from app.common.validation import validate_as
 from app.errors import ValidationFailed
 from app.sessions.merge import MergeResult, merge3
 from app.sessions.schemas import (
@@ -27,6 +27,7 @@ from app.sessions.schemas import (
     SessionState,
     SessionVersion,
 )
+from app.sessions.sequence import AgentSequence, sequence_of
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -115,8 +116,10 @@ def content_of(session: Session) -> SessionContent:
 
 def version_content(version: SessionVersion, session: Session) -> SessionContent:
     """An earlier version's content under today's rules (a rollback writes it again), with
-    the session's status, preserve and completed_at: those are not content."""
-    return _typed(version, session)
+    the session's status, preserve and completed_at: those are not content. Its whole agent
+    sequence is typed: a rollback writes old steps again, so they pass today's rules."""
+    content = _typed(version, session)
+    return replace(content, agent_sequence=AgentSequence.of(sequence_of(version.agent_sequence)))
 
 
 class ContentRow(Protocol):
@@ -149,7 +152,7 @@ def _typed(source: ContentRow, life: Session) -> SessionContent:
     state, metadata = strip_mirrors(source.session_state, source.coordination_metadata)
     return SessionContent(
         session_state=validate_as(SessionState, state, what="stored session_state"),
-        agent_sequence=sequence_of(source.agent_sequence),
+        agent_sequence=AgentSequence.stored(source.agent_sequence),
         coordination_metadata=validate_as(
             CoordinationMetadata, metadata, what="stored coordination_metadata"
         ),
@@ -162,56 +165,41 @@ def _typed(source: ContentRow, life: Session) -> SessionContent:
     )
 
 
-_SEQUENCE = TypeAdapter(list[AgentExecution])
-
-
-def sequence_of(raw: list[dict[str, Any]]) -> list[AgentExecution]:
-    """A stored agent sequence, typed (422 naming the step if one is not valid)."""
-    try:
-        return _SEQUENCE.validate_python(raw)
-    except ValidationError as exc:
-        raise ValidationFailed(
-            "The stored agent_sequence is not valid.",
-            errors=field_errors(exc, prefix="agent_sequence"),
-        ) from None
-
-
 def storage_json(content: SessionContent) -> tuple[Any, Any, Any]:
     """(session_state, agent_sequence, coordination_metadata) as the JSON the columns hold:
-    every field of the seed's shape, without the mirrored copies."""
+    every field of the seed's shape, without the mirrored copies; the agent steps a write
+    did not touch as they were stored."""
     return (
         content.session_state.model_dump(mode="json", exclude={"progress_percentage"}),
-        _SEQUENCE.dump_python(content.agent_sequence, mode="json"),
+        content.agent_sequence.storage(),
         content.coordination_metadata.model_dump(mode="json", exclude={"session_priority"}),
     )
 
 
 def close_current_execution(
-    sequence: list[AgentExecution],
+    sequence: AgentSequence,
     *,
     now: datetime,
     outcome: ExecutionStatus,
     output_summary: str | None,
     next_agent: str | None,
-) -> list[AgentExecution]:
-    """Mark the newest still-running execution finished (a new list; the input is untouched).
-    An execution of an agent task is not: its task closes it when it ends."""
-    updated = list(sequence)
-    for index in range(len(updated) - 1, -1, -1):
-        step = updated[index]
-        if step.status in ("executing", "pending") and step.task_id is None:
-            changes: dict[str, Any] = {"status": outcome, "completion_time": now}
-            if output_summary is not None:
-                changes["output_summary"] = output_summary
-            if next_agent is not None:
-                changes["next_agent"] = next_agent
-            updated[index] = evolve(step, **changes)
-            break
-    return updated
+) -> AgentSequence:
+    """Mark the newest still-running execution finished (a new sequence; the input is
+    untouched). An execution of an agent task is not: its task closes it when it ends.
+    Only that step is typed (422 naming it if it is stored invalid)."""
+    index = sequence.newest_running()
+    if index is None:
+        return sequence[:]
+    changes: dict[str, Any] = {"status": outcome, "completion_time": now}
+    if output_summary is not None:
+        changes["output_summary"] = output_summary
+    if next_agent is not None:
+        changes["next_agent"] = next_agent
+    return sequence.replaced(index, evolve(sequence[index], **changes))
 
 
 def append_execution(
-    sequence: list[AgentExecution],
+    sequence: AgentSequence,
     agent_name: str,
     *,
     status: ExecutionStatus,
@@ -220,12 +208,12 @@ def append_execution(
     output_summary: str | None = None,
     next_agent: str | None = None,
     task_id: str | None = None,
-) -> list[AgentExecution]:
+) -> AgentSequence:
     """``sequence`` with a step for ``agent_name`` appended, numbered after every step
-    before it (a new list; the input is untouched)."""
+    before it (a new sequence; the input is untouched)."""
     step = AgentExecution(
         agent_name=agent_name,
-        execution_order=max((step.execution_order for step in sequence), default=0) + 1,
+        execution_order=sequence.next_order(),
         status=status,
         start_time=start_time,
         completion_time=completion_time,
@@ -233,12 +221,10 @@ def append_execution(
         next_agent=next_agent,
         task_id=task_id,
     )
-    return [*sequence, step]
+    return sequence.appended(step)
 
 
-def start_execution(
-    sequence: list[AgentExecution], agent_name: str, now: datetime
-) -> list[AgentExecution]:
+def start_execution(sequence: AgentSequence, agent_name: str, now: datetime) -> AgentSequence:
     """Append a new executing step for ``agent_name``."""
     return append_execution(sequence, agent_name, status="executing", start_time=now)
 
@@ -284,7 +270,7 @@ def content_from_document(document: dict[str, Any], life: SessionContent) -> Ses
     typed = validate_as(SessionDocument, document, what="merged session")
     return SessionContent(
         session_state=evolve(typed.session_state, progress_percentage=None),
-        agent_sequence=typed.agent_sequence,
+        agent_sequence=AgentSequence.of(typed.agent_sequence),
         coordination_metadata=evolve(typed.coordination_metadata, session_priority=None),
         current_agent=typed.current_agent,
         progress_percentage=typed.progress_percentage,
@@ -296,9 +282,10 @@ def content_from_document(document: dict[str, Any], life: SessionContent) -> Ses
 
 
 def keep_last_executions(content: SessionContent, limit: int) -> SessionContent:
-    """``content`` with only the last ``limit`` executions of its agent sequence."""
+    """``content`` with only the last ``limit`` executions of its agent sequence (the
+    others are not typed for it)."""
     if len(content.agent_sequence) > limit:
-        return replace(content, agent_sequence=content.agent_sequence[-limit:])
+        return replace(content, agent_sequence=content.agent_sequence.last(limit))
     return content
 
 

@@ -26,7 +26,8 @@ from app.webhooks.signatures import verify_signature
 AnyRequest = Request[Principal, Any, Any]
 # One dependency per handler: Litestar resolves two or more independent ones in an anyio
 # task group of their own, a task spawned per dependency per request (6 % of a webhook's
-# CPU in the profile, docs/benchmarks.md); the idempotency service comes with the hooks.
+# CPU in the profile, docs/benchmarks.md; tests/unit/test_dependencies.py holds every route
+# to it); the idempotency service comes with the hooks.
 Hooks = NamedDependency[WebhookService]
 
 
@@ -89,7 +90,7 @@ class N8nWebhookController(Controller):
             request,
             hooks.idempotency,
             data.idempotency_key,
-            lambda _seal: hooks.coordinate(
+            lambda seal: hooks.coordinate(
                 request.user,
                 user_id=data.user_id,
                 user_ref=data.user_ref,
@@ -99,6 +100,7 @@ class N8nWebhookController(Controller):
                 channel=data.channel,
                 context_flags=data.context_flags,
                 prefer=parse_prefer(request.headers.getall("prefer", [])),
+                seal=seal,
             ),
         )
 

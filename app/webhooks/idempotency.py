@@ -15,9 +15,9 @@ RENEWAL_GRACE (about two seconds after the crash), or within the lease if the ho
 alive but cut off. Requiring both (no presence, no recent renewal) keeps a live holder
 whose presence connection alone dropped from being taken over. The claim's token fences
 the holder: it completes or forgets only its own claim. An effect that is one database
-transaction (a memory write) stores its answer in that transaction (``Seal``), so it
-happens exactly once even when the process dies between the two; other effects are at
-least once across a crash (docs/design.md).
+transaction (a memory write, a coordinator's turn) stores its answer in that transaction
+(``Seal``), so it happens exactly once even when the process dies between the two; other
+effects are at least once across a crash (docs/design.md).
 """
 
 from __future__ import annotations

@@ -12,15 +12,15 @@ import msgspec
 from app.auth.principal import Principal
 from app.clock import Clock
 from app.coordination.prefer import WaitPreference
-from app.coordination.schemas import MessageRequest, MessageResult
+from app.coordination.schemas import MessageAccepted, MessageRequest, MessageResult
 from app.coordination.service import CoordinationService
-from app.db.pool import Connection, Database
+from app.db.pool import BeforeCommit, Connection, Database
 from app.errors import CleanupFailed, Forbidden, NotFound, ValidationFailed
 from app.jobs.service import JobService
 from app.jobs.table import JOBS
 from app.memories.repository import MemoryFilter
 from app.memories.schemas import Memory
-from app.memories.service import BeforeCommit, MemoryService
+from app.memories.service import MemoryService
 from app.sessions.schemas import Session, SessionCreate, SessionState
 from app.sessions.service import SessionService
 from app.users.service import UserService
@@ -34,6 +34,32 @@ T = TypeVar("T")
 def _written(memory: Memory, created: bool) -> dict[str, Any]:
     """The answer to a memory write."""
     return {"action": "write", "created": created, "memory": msgspec.structs.asdict(memory)}
+
+
+def _coordinated(
+    session: Session, created: bool, result: MessageResult | MessageAccepted
+) -> dict[str, Any]:
+    """The answer to a coordination call: one flat object."""
+    if not isinstance(result, MessageResult):  # no respond-async was asked for
+        raise RuntimeError("The coordinator accepted a message it was to answer.")
+    return {
+        "session_id": str(result.session_id),
+        "session_created": created,
+        "user_id": str(session.user_id),
+        "response": result.response,
+        "agent": result.agent,
+        "degraded": result.degraded,
+        "fallback": result.fallback,
+        "routed_to": result.routed_to,
+        "clarification": result.clarification.question if result.clarification else None,
+        "pending_actions": result.pending_actions,
+        "progress": result.progress_percentage,
+        "decision_id": str(result.decision_id),
+        # The agent's task; when degraded, it still works and its answer reaches the
+        # session (and subscribers of task.completed) later.
+        "task_id": str(result.task_id) if result.task_id else None,
+        "task_url": result.task_url,
+    }
 
 
 def _sealing(seal: Seal | None, answer: Callable[[T], dict[str, Any]]) -> BeforeCommit[T] | None:
@@ -85,10 +111,12 @@ class WebhookService:
         channel: str | None,
         context_flags: list[str],
         prefer: WaitPreference | None = None,
+        seal: Seal | None = None,
     ) -> dict[str, Any]:
         """Continue (or start) the user's session and coordinate the message, waiting for
         its agent as ``prefer`` asks (its wait only: n8n's answer is always synchronous, a
-        respond-async is ignored)."""
+        respond-async is ignored). The answer is sealed (stored under the request's
+        Idempotency-Key) in the transaction that writes the turn."""
         session, created = await self.continue_session(
             principal,
             user_id=user_id,
@@ -103,27 +131,9 @@ class WebhookService:
             MessageRequest(text=text, context_flags=context_flags),
             principal,
             self._coordinator.budget(wait),
+            before_commit=_sealing(seal, lambda result: _coordinated(session, created, result)),
         )
-        if not isinstance(result, MessageResult):  # no respond-async was asked for
-            raise RuntimeError("The coordinator accepted a message it was to answer.")
-        return {
-            "session_id": str(result.session_id),
-            "session_created": created,
-            "user_id": str(session.user_id),
-            "response": result.response,
-            "agent": result.agent,
-            "degraded": result.degraded,
-            "fallback": result.fallback,
-            "routed_to": result.routed_to,
-            "clarification": result.clarification.question if result.clarification else None,
-            "pending_actions": result.pending_actions,
-            "progress": result.progress_percentage,
-            "decision_id": str(result.decision_id),
-            # The agent's task; when degraded, it still works and its answer reaches the
-            # session (and subscribers of task.completed) later.
-            "task_id": str(result.task_id) if result.task_id else None,
-            "task_url": result.task_url,
-        }
+        return _coordinated(session, created, result)
 
     async def continue_session(
         self,

@@ -3,11 +3,37 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
+import asyncpg
 import httpx
+import uvicorn
+from litestar import Litestar
+
+from app.server import bind, uvicorn_config
+from app.settings import ServerSettings
+
+
+@contextlib.asynccontextmanager
+async def served(app: Litestar, server: ServerSettings | None = None) -> AsyncIterator[str]:
+    """``app`` served by uvicorn on 127.0.0.1 as ``switchboard serve`` serves it (with
+    ``server``'s settings: head limits, trusted proxies); its base URL."""
+    sock = bind("127.0.0.1", 0)
+    port = sock.getsockname()[1]
+    config = uvicorn_config(app, server or ServerSettings(), host="127.0.0.1", port=port)
+    running_server = uvicorn.Server(config)
+    running = asyncio.create_task(running_server.serve(sockets=[sock]))
+    while not running_server.started:
+        assert not running.done(), "the server did not start"
+        await asyncio.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        running_server.should_exit = True
+        await running
 
 
 def assert_problem(response: httpx.Response, status: int) -> dict[str, Any]:
@@ -57,3 +83,45 @@ async def eventually(
             return value
         assert time.monotonic() < deadline, "timed out waiting"
         await asyncio.sleep(interval)
+
+
+async def drop_the_connection_at_the_seal(database_url: str, key_like: str) -> None:
+    """The first time an Idempotency-Key matching ``key_like`` (SQL LIKE) gets its answer
+    stored, PostgreSQL ends the connection storing it, inside that statement: what a lost
+    connection or a crash at the seal does to its transaction. Once: a sequence counts
+    (nextval is not rolled back with the transaction it dies in)."""
+    conn = await asyncpg.connect(database_url)
+    try:
+        await conn.execute(
+            """
+            CREATE SEQUENCE seal_drops;
+            CREATE TABLE seal_drop_keys (pattern text NOT NULL);
+            CREATE FUNCTION drop_at_seal() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN
+              IF NEW.key LIKE ANY (SELECT pattern FROM seal_drop_keys)
+                 AND nextval('seal_drops') = 1 THEN
+                PERFORM pg_terminate_backend(pg_backend_pid());
+                -- Should the end not have come yet, nothing of the transaction commits.
+                RAISE EXCEPTION 'the connection was ended at the seal';
+              END IF;
+              RETURN NEW;
+            END $$;
+            CREATE TRIGGER drop_at_seal BEFORE UPDATE ON idempotency_keys FOR EACH ROW
+              WHEN (NEW.status = 'completed') EXECUTE FUNCTION drop_at_seal();
+            """
+        )
+        await conn.execute("INSERT INTO seal_drop_keys VALUES ($1)", key_like)
+    finally:
+        await conn.close()
+
+
+async def seal_drops(database_url: str) -> int:
+    """How many seals ``drop_the_connection_at_the_seal`` saw (the sequence's last value)."""
+    conn = await asyncpg.connect(database_url)
+    try:
+        count: int = await conn.fetchval(
+            "SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM seal_drops"
+        )
+    finally:
+        await conn.close()
+    return count

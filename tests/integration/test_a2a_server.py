@@ -11,7 +11,9 @@ import contextlib
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
+from uuid import UUID
 
+import asyncpg
 import httpx
 import orjson
 import pytest
@@ -50,10 +52,12 @@ from google.protobuf.json_format import MessageToDict, ParseDict
 from google.protobuf.struct_pb2 import Value
 from litestar import Litestar
 
+from app.a2a.messages import A2AMessages
 from app.asgi import create_app
 from app.auth.ratelimit import RateLimiter
 from app.clock import SystemClock
 from app.db.pool import Database
+from app.errors import ServiceUnavailable
 from app.events.service import EventService
 from app.events.signing import SIGNATURE_HEADER, TIMESTAMP_HEADER, sign
 from app.outbound.policy import OutboundPolicy
@@ -70,7 +74,7 @@ from app.settings import (
 from tests.a2a_agent import A2AAgent
 from tests.agent_server import AgentServer
 from tests.conftest import ADMIN_KEY, LOOPBACK_ALLOWED
-from tests.integration.helpers import eventually
+from tests.integration.helpers import drop_the_connection_at_the_seal, eventually, seal_drops
 
 PLAN = "Please make a plan for my savings"
 PLAN_AGENT = "Make_Plan_Agent"
@@ -1059,3 +1063,174 @@ async def test_a2a_in_and_out_a_downstream_question_ends_the_stream_and_the_repl
         assert downstream.received[-1].text == "January, thanks"
     finally:
         await downstream.stop()
+
+
+# -- a resend is answered once ---------------------------------------------------------
+
+
+async def send_raw(http: httpx.AsyncClient, request: SendMessageRequest) -> dict[str, Any]:
+    """``SendMessage`` as raw JSON-RPC: the answer's ``result`` or ``error`` (code, message
+    and data, which the SDK's client does not show)."""
+    response = await http.post(
+        "/a2a",
+        json={
+            "jsonrpc": "2.0",
+            "id": str(uuid.uuid4()),
+            "method": "SendMessage",
+            "params": MessageToDict(request),
+        },
+        headers={"A2A-Version": "1.0"},
+    )
+    assert response.status_code == 200, response.text
+    body: dict[str, Any] = response.json()
+    return body
+
+
+def error_data(answer: dict[str, Any]) -> dict[str, Any]:
+    """A JSON-RPC error's data as the SDK writes it: Switchboard's status and extensions
+    are the metadata of a ``google.rpc.ErrorInfo``."""
+    [info] = [d for d in answer["error"]["data"] if d["@type"].endswith("rpc.ErrorInfo")]
+    metadata: dict[str, Any] = info["metadata"]
+    return metadata
+
+
+async def decisions(http: httpx.AsyncClient, sid: str) -> list[dict[str, Any]]:
+    """The session's coordinator decisions: one per turn written."""
+    response = await http.get(f"/v1/sessions/{sid}/decisions")
+    assert response.status_code == 200, response.text
+    items: list[dict[str, Any]] = response.json()["items"]
+    return items
+
+
+async def test_a_resend_while_the_first_is_still_coordinated_is_refused_as_in_progress(
+    http: httpx.AsyncClient, a2a_blocking: Client, agent: AgentServer
+) -> None:
+    """The first message holds its messageId's key while its agent works: a resend then is
+    -32600 with data.status 409 (the REST API's in-progress 409: send it again shortly),
+    and nothing is coordinated for it; once the first is answered, a resend gets that
+    answer."""
+    await route_to(http, agent)
+    sid = await new_session(http)
+    gate = Gate()
+    agent.before_reply = gate
+    request = message(PLAN, context_id=sid)
+    first = asyncio.create_task(collect(a2a_blocking.send_message(request)))
+    await asyncio.wait_for(gate.entered.wait(), 10)
+
+    try:
+        resent = await send_raw(http, request)
+    finally:
+        gate.opened.set()
+    [answered] = await asyncio.wait_for(first, 15)
+
+    assert resent["error"]["code"] == -32600
+    assert error_data(resent)["status"] == 409
+    assert "still being answered in this context" in resent["error"]["message"]
+    assert answered.task.status.state == TaskState.TASK_STATE_COMPLETED
+    again = await send_raw(http, request)
+    assert again["result"]["task"]["id"] == answered.task.id
+    assert len(agent.requests) == 1
+    assert len(await decisions(http, sid)) == 1
+
+
+async def test_a_refused_message_resent_gets_the_same_refusal(
+    http: httpx.AsyncClient, agent: AgentServer, database_url: str
+) -> None:
+    """A refusal a resend cannot change (422: the session holds content stored before a rule
+    tightened) is stored under the messageId like an answer: the resend gets the same
+    refusal, even once the client has repaired the session, and no agent is called; a
+    message with a new messageId is coordinated."""
+    await route_to(http, agent)
+    sid = await new_session(http)
+    conn = await asyncpg.connect(database_url)
+    try:
+        await conn.execute(
+            "UPDATE session_coordination SET session_state = jsonb_set(session_state, "
+            "'{pending_actions}', jsonb_build_array(jsonb_build_object('type', 'x', "
+            "'description', repeat('d', 5000)))) WHERE session_id = $1",
+            UUID(sid),
+        )
+    finally:
+        await conn.close()
+    request = message(PLAN, context_id=sid)
+
+    refused = await send_raw(http, request)
+
+    assert refused["error"]["code"] == -32602
+    assert error_data(refused)["status"] == 422
+    assert error_data(refused)["errors"][0]["field"] == "pending_actions.0.description"
+    repaired = await http.patch(
+        f"/v1/sessions/{sid}",
+        json={"session_state": {"pending_actions": []}},
+        headers={"If-Match": "*", "content-type": "application/merge-patch+json"},
+    )
+    assert repaired.status_code == 200, repaired.text
+    again = await send_raw(http, request)
+    assert again["error"] == refused["error"]
+    assert agent.requests == []
+    assert await decisions(http, sid) == []
+    fresh = await send_raw(http, message(PLAN, context_id=sid))
+    assert fresh["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
+    assert len(agent.requests) == 1
+
+
+async def test_a_connection_lost_at_the_seal_takes_the_turn_with_it(
+    http: httpx.AsyncClient, agent: AgentServer, database_url: str
+) -> None:
+    """The answer is stored in the transaction that writes the coordinator's turn: when
+    the connection is lost right there (PostgreSQL ends it as the key is sealed), neither
+    is written, the key is free, and the resend is coordinated once: one decision. (Sealed
+    after the turn's commit, as before, the turn stayed and the resend made a second.) The
+    agent is called for both sends: a call to it is at least once."""
+    await route_to(http, agent)
+    sid = await new_session(http)
+    await drop_the_connection_at_the_seal(database_url, "a2a:%")
+    request = message(PLAN, context_id=sid)
+
+    failed = await send_raw(http, request)
+
+    assert "error" in failed, failed
+    assert await seal_drops(database_url) == 1
+    assert await decisions(http, sid) == []  # nothing of the turn was written
+    again = await send_raw(http, request)
+    task = again["result"]["task"]
+    assert task["status"]["state"] == "TASK_STATE_COMPLETED"
+    assert task["history"][0]["messageId"] == request.message.message_id
+    assert len(await decisions(http, sid)) == 1
+    replayed = await send_raw(http, request)
+    assert replayed["result"]["task"]["id"] == task["id"]
+    assert len(await decisions(http, sid)) == 1
+    assert len(agent.requests) == 2
+
+
+async def test_a_failure_after_the_turn_committed_is_answered_by_the_resend(
+    http: httpx.AsyncClient, agent: AgentServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once the turn and its stored answer have committed, a failure before the answer
+    leaves (the database unreachable as the task is read for it) is an error for that
+    request only: the resend is answered from what was stored, the agent called once and
+    one decision written. (Sealed after the turn, as before, the failure freed the key and
+    the resend was coordinated again.)"""
+    await route_to(http, agent)
+    sid = await new_session(http)
+    answer = A2AMessages._answer
+    failed_on: list[Any] = []
+
+    async def unreachable_once(self: A2AMessages, result: Any, answer_id: str) -> Any:
+        if not failed_on:
+            failed_on.append(result)
+            raise ServiceUnavailable("The database is unavailable; retry shortly.")
+        return await answer(self, result, answer_id)
+
+    monkeypatch.setattr(A2AMessages, "_answer", unreachable_once)
+    request = message(PLAN, context_id=sid)
+
+    failed = await send_raw(http, request)
+
+    assert error_data(failed)["status"] == 503
+    assert len(failed_on) == 1  # after the coordinator's turn: its answer is in hand
+    again = await send_raw(http, request)
+    assert again["result"]["task"]["id"] == str(failed_on[0].task_id)
+    assert again["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
+    assert len(agent.requests) == 1
+    assert len(await decisions(http, sid)) == 1

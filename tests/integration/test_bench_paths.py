@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +19,7 @@ import pytest
 
 from bench import a2a_send, auto_merge, message_task, outbox_cost, wrk_scripts
 from bench.fast_agent import ANSWER, FastAgent, content_length
+from bench.paths import HttpPath, Unique
 from bench.run import wrk
 from bench.serve import free_port, spawn
 from tests import dbutil
@@ -213,3 +216,40 @@ def test_the_outbox_ab_alternates_and_prices_the_difference() -> None:
         "req/s with / without, per round": [0.5, 0.8, 1.0],
     }
     assert wrk_scripts.share({}, "merged") is None
+
+
+def test_a_unique_value_is_never_sent_again_by_a_later_wrk_run(tmp_path: Path) -> None:
+    """Each wrk run restarts the script's counter and wrk never seeds math.random: the
+    idempotency keys of a warm-up came again in the measured window (and those of 16
+    connections at 64), so the webhook row measured replays and refusals."""
+    seen: list[list[str]] = []
+
+    class Keys(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length", "0")))
+            seen[-1].append(self.headers["Idempotency-Key"])
+            self.send_response(200)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Keys)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        path = HttpPath("POST", "/keys", (Unique("key", "k"),), "{}", {"Idempotency-Key": "${key}"})
+        script = path.lua(tmp_path, "keys", "secret")
+        for _ in range(2):
+            seen.append([])
+            wrk(server.server_port, "/", 2, 1, script)
+    finally:
+        server.shutdown()
+        server.server_close()
+    first, second = seen
+    assert first
+    assert second
+    assert len(set(first)) == len(first)
+    assert not set(first) & set(second)

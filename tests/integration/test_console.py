@@ -26,11 +26,17 @@ from app.db.pool import Database
 from app.events.service import EventService
 from app.outbound.policy import OutboundPolicy
 from app.outbound.transport import outbound_client
-from app.settings import ConsoleSettings, DatabaseSettings, SchedulerSettings, Settings
+from app.settings import (
+    ConsoleSettings,
+    DatabaseSettings,
+    SchedulerSettings,
+    ServerSettings,
+    Settings,
+)
 from tests.a2a_agent import A2AAgent
 from tests.agent_server import AgentServer
 from tests.conftest import ADMIN_KEY, LOOPBACK_ALLOWED, same_app_client
-from tests.integration.helpers import create_session, create_user, if_match
+from tests.integration.helpers import create_session, create_user, if_match, served
 
 SESSION_SECONDS = 600
 
@@ -874,6 +880,41 @@ async def test_failed_sign_ins_are_limited_per_address(
     assert len(refusals) == burst
     assert all("127.0.0.1" in message for message in refusals)
     assert not any("guess-number" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize("trusted", [True, False], ids=["behind-a-trusted-proxy", "untrusted"])
+async def test_behind_a_trusted_proxy_sign_ins_are_limited_per_forwarded_client(
+    app: Litestar, trusted: bool
+) -> None:
+    """Behind two trusted proxies, X-Forwarded-For names the client: one
+    guesser spends its own burst and another operator behind the same proxy still signs
+    in; cookies are Secure when the proxy says the client used HTTPS. From a peer that is
+    not trusted the headers change nothing: everyone behind it shares one limit."""
+    burst = ConsoleSettings().login_failure_burst
+    # The client's request went through a proxy at 10.1.2.3, then the one at 127.0.0.1.
+    server = ServerSettings(trusted_proxies=["127.0.0.1", "10.0.0.0/8"] if trusted else [])
+    async with served(app, server) as url:
+
+        def behind_proxy(client: str, proto: str = "http") -> httpx.AsyncClient:
+            forwarded = {"X-Forwarded-For": f"{client}, 10.1.2.3", "X-Forwarded-Proto": proto}
+            return httpx.AsyncClient(base_url=url, headers=forwarded, timeout=30)
+
+        async with behind_proxy("203.0.113.5") as guesser:
+            for attempt in range(burst):
+                assert (await sign_in(guesser, f"guess-{attempt}")).status_code == 401
+            assert (await sign_in(guesser, "guess-last")).status_code == 429
+        async with behind_proxy("198.51.100.7") as operator:
+            answer = await sign_in(operator, ADMIN_KEY)
+        async with behind_proxy("198.51.100.8", "https") as over_https:
+            form = await over_https.get("/console/login")
+    cookies = form.headers.get_list("set-cookie")
+    assert cookies
+    if trusted:
+        assert answer.status_code == 303
+        assert all("secure" in cookie.lower() for cookie in cookies)
+    else:
+        assert answer.status_code == 429
+        assert not any("secure" in cookie.lower() for cookie in cookies)
 
 
 async def test_wrong_keys_sent_at_once_are_limited_too(browser: httpx.AsyncClient) -> None:

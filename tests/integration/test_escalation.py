@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from datetime import timedelta
 from typing import Any
 from uuid import UUID
@@ -20,7 +21,7 @@ from litestar import Litestar
 
 from app.asgi import create_app
 from app.clock import SystemClock
-from app.coordination.escalation import StepEvent
+from app.coordination.escalation import Decided, EscalationService, StepEvent
 from app.coordination.next_step import NextStepRule
 from app.db.pool import Database
 from app.services import build_services
@@ -121,6 +122,40 @@ async def status_of(client: httpx.AsyncClient, sid: str) -> dict[str, Any]:
     assert response.status_code == 200, response.text
     body: dict[str, Any] = response.json()
     return body
+
+
+@asynccontextmanager
+async def late_fallback(
+    client: httpx.AsyncClient, database_url: str, settings: Settings, sid: str, error: str
+) -> AsyncIterator[tuple[EscalationService, Decided]]:
+    """The escalation service of another replica (as a task's worker would be), and its
+    decision on a fallback of the educator's step in ``sid``, from the counters as they
+    are now; the service stays open inside the block."""
+    database = Database(database_url, settings.database)
+    await database.open()
+    try:
+        services = build_services(settings, database, SystemClock(), replica="late")
+        try:
+            rules = (await client.get("/v1/next-step-rules")).json()
+            happened = StepEvent(
+                event="fallback",
+                intent="ask_question",
+                agent=EDUCATE_AGENT,
+                error=error,
+                handed_off=False,
+                suggested=None,
+                progress_before=0,
+                progress_after=0,
+                pending_actions=(),
+            )
+            decided = await services.escalation.decide(
+                UUID(sid), happened, [msgspec.convert(r, NextStepRule) for r in rules]
+            )
+            yield services.escalation, decided
+        finally:
+            await services.aclose()
+    finally:
+        await database.close()
 
 
 async def test_a_dead_lettered_task_escalates_with_its_context(
@@ -594,35 +629,17 @@ async def test_a_decision_counted_before_a_resolution_does_not_escalate_after_it
     await send(client, sid, QUESTION)
     assert (await send(client, sid, QUESTION)).json()["session_status"] == "escalated"
 
-    database = Database(database_url, settings.database)
-    await database.open()
-    try:
-        services = build_services(settings, database, SystemClock(), replica="race")
-        rules = (await client.get("/v1/next-step-rules")).json()
-        happened = StepEvent(
-            event="fallback",
-            intent="ask_question",
-            agent=EDUCATE_AGENT,
-            error="fallback",
-            handed_off=False,
-            suggested=None,
-            progress_before=0,
-            progress_after=0,
-            pending_actions=(),
-        )
-        # A task's late fallback, decided while the session is still escalated...
-        decided = await services.escalation.decide(
-            UUID(sid), happened, [msgspec.convert(r, NextStepRule) for r in rules]
-        )
+    # A task's late fallback, decided while the session is still escalated...
+    async with late_fallback(client, database_url, settings, sid, "fallback") as (
+        escalation,
+        decided,
+    ):
         assert decided.escalates
         # ...a person resolves it...
         resolved = await client.post(f"/v1/sessions/{sid}/resolve", json={"note": "fixed"})
         assert resolved.status_code == 200, resolved.text
         # ...then the old decision is acted on: nothing happens.
-        assert await services.escalation.escalate(UUID(sid), "late-task", decided) is None
-        await services.aclose()
-    finally:
-        await database.close()
+        assert await escalation.escalate(UUID(sid), "late-task", decided) is None
     current = await status_of(client, sid)
     assert (current["status"], current["version"]) == ("active", resolved.json()["session_version"])
     assert [d["outcome"] for d in await decisions(client, sid)][-1] == "resolved"
@@ -650,30 +667,11 @@ async def test_a_failure_while_escalated_is_recorded_and_told(
     version = (await status_of(client, sid))["version"]
     [first] = [d for d in await decisions(client, sid) if d["outcome"] == "escalated"]
 
-    database = Database(database_url, settings.database)
-    await database.open()
-    try:
-        services = build_services(settings, database, SystemClock(), replica="late")
-        rules = (await client.get("/v1/next-step-rules")).json()
-        late = StepEvent(
-            event="fallback",
-            intent="ask_question",
-            agent=EDUCATE_AGENT,
-            error="the late task's call failed",
-            handed_off=False,
-            suggested=None,
-            progress_before=0,
-            progress_after=0,
-            pending_actions=(),
-        )
-        decided = await services.escalation.decide(
-            UUID(sid), late, [msgspec.convert(r, NextStepRule) for r in rules]
-        )
+    async with late_fallback(
+        client, database_url, settings, sid, "the late task's call failed"
+    ) as (escalation, decided):
         assert decided.escalates
-        again = await services.escalation.escalate(UUID(sid), "late-task", decided)
-        await services.aclose()
-    finally:
-        await database.close()
+        again = await escalation.escalate(UUID(sid), "late-task", decided)
 
     assert again is not None
     current = await status_of(client, sid)

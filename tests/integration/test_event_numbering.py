@@ -10,10 +10,12 @@ import time
 from datetime import timedelta
 
 import asyncpg
+import orjson
 
 from app.asgi import create_app
 from app.db.pool import Database
 from app.events.hub import EventHub
+from app.events.repository import Q
 from app.settings import DatabaseSettings, SchedulerSettings, Settings, StreamSettings
 from tests.conftest import ADMIN_KEY, lifespan_of
 
@@ -139,3 +141,34 @@ async def test_the_scheduler_numbers_events_where_nobody_streams(database_url: s
         finally:
             await conn.close()
         assert not app.state.event_hub.started  # numbered with no stream and no pump
+
+
+async def test_the_last_position_reads_one_index_entry_when_statistics_predate_the_numbering(
+    database_url: str,
+) -> None:
+    """A sweep's events are analysed while still unnumbered, then numbered: the statistics
+    say no event has a position. The newest position must still be read from the end of
+    the index, one entry, not by reading every numbered event (as a plain max() was, once
+    per opening stream: seconds each at millions of events, and the pool ran dry)."""
+    await _backlog(database_url, 30_000)
+    conn = await asyncpg.connect(database_url)
+    try:
+        await conn.execute("ANALYZE outbox_events")
+        while await conn.fetchval("SELECT outbox_sequence(10000)"):
+            pass
+        assert await _unnumbered(conn) == 0
+        plan = await conn.fetchval(f"EXPLAIN (ANALYZE, FORMAT JSON) {Q.last_position}")
+        assert await conn.fetchval(Q.last_position) == await conn.fetchval(
+            "SELECT max(position) FROM outbox_events"
+        )
+    finally:
+        await conn.close()
+
+    def rows_read(node: dict[str, object]) -> int:
+        scans = "Scan" in str(node["Node Type"])
+        own = int(str(node["Actual Rows"])) * int(str(node["Actual Loops"])) if scans else 0
+        children = node.get("Plans", [])
+        assert isinstance(children, list)
+        return own + sum(rows_read(child) for child in children)
+
+    assert rows_read(orjson.loads(plan)[0]["Plan"]) <= 1

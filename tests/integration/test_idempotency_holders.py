@@ -35,7 +35,12 @@ from app.webhooks.idempotency import IdempotencyService, Seal, request_hash
 from bench.serve import spawn
 from tests.agent_server import AgentServer
 from tests.conftest import ADMIN_KEY, LOOPBACK_ALLOWED
-from tests.integration.helpers import assert_problem, create_user
+from tests.integration.helpers import (
+    assert_problem,
+    create_user,
+    drop_the_connection_at_the_seal,
+    seal_drops,
+)
 
 LEASE = timedelta(seconds=1)
 COORDINATION = "/webhooks/n8n/coordination"
@@ -292,3 +297,30 @@ async def test_a_write_whose_key_was_taken_over_meanwhile_is_rolled_back(
             assert tuple(row) == ("in_progress", "thief")
     finally:
         await database.close()
+
+
+async def test_a_connection_lost_at_the_coordinations_seal_writes_no_turn_and_the_retry_runs(
+    client: httpx.AsyncClient, database_url: str, agent: AgentServer
+) -> None:
+    """The coordination webhook's answer is stored in the transaction that writes the
+    coordinator's turn: when PostgreSQL ends the connection right at the seal, neither is
+    written and the key is free at once, so n8n's retry is coordinated, once (one
+    decision), and answered again from then on. (Sealed after the turn's commit, as before,
+    the turn stayed and the key was held until its lease ran out.)"""
+    await plan_agent_at(client, agent)
+    await drop_the_connection_at_the_seal(database_url, "exec-dropped")
+    headers = {"Idempotency-Key": "exec-dropped"}
+
+    failed = await client.post(COORDINATION, json=MESSAGE, headers=headers)
+
+    assert failed.status_code >= 500, failed.text
+    assert await seal_drops(database_url) == 1
+    retry = await client.post(COORDINATION, json=MESSAGE, headers=headers)
+    assert retry.status_code == 200, retry.text
+    sid = retry.json()["session_id"]
+    decided = (await client.get(f"/v1/sessions/{sid}/decisions")).json()["items"]
+    assert [d["decision_id"] for d in decided] == [retry.json()["decision_id"]]
+    replay = await client.post(COORDINATION, json=MESSAGE, headers=headers)
+    assert replay.headers["idempotent-replayed"] == "true"
+    assert replay.json() == retry.json()
+    assert (await key_row(database_url, "exec-dropped"))["status"] == "completed"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import hmac
+import logging
 from collections.abc import AsyncIterator, Callable
 from datetime import datetime, timedelta
 from typing import Any
@@ -19,6 +20,7 @@ from app.clock import Clock, FrozenClock
 from app.db.pool import Database
 from app.events.service import EventService
 from app.jobs import repository as jobs_repo
+from app.jobs.scheduler import Scheduler
 from app.jobs.service import JobService, slot_start
 from app.jobs.table import JOBS
 from app.memories import repository as memories_repo
@@ -28,7 +30,13 @@ from app.services import Services, build_services
 from app.settings import DatabaseSettings, SchedulerSettings, Settings
 from tests.agent_server import AgentServer
 from tests.conftest import LOOPBACK_ALLOWED
-from tests.integration.helpers import assert_problem, create_session, create_user, if_match
+from tests.integration.helpers import (
+    assert_problem,
+    create_session,
+    create_user,
+    eventually,
+    if_match,
+)
 
 # What the sweeps told: every version and task transition is an event too (for the event
 # streams), and these tests do not count those.
@@ -939,3 +947,36 @@ async def test_events_filter_by_types_across_pages(
     for bad in ("nope", "session.expired,nope", " , "):
         problem = assert_problem(await client.get("/v1/events", params={"types": bad}), 400)
         assert "session.expired" in problem["known"]
+
+
+async def test_event_jobs_that_fail_are_logged_and_run_again(
+    database_url: str, frozen_clock: FrozenClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Event delivery and numbering run every delivery interval, each run a trace of its
+    own; while the database is gone each run fails, is logged with its job's name, and the
+    next interval tries again (the scheduler goes on)."""
+    database = Database(database_url, DatabaseSettings(pool_min_size=1, pool_max_size=2))
+    await database.open()
+    settings = Settings(scheduler=SchedulerSettings(delivery_interval=timedelta(milliseconds=100)))
+    services = build_services(settings, database, frozen_clock, replica="failing")
+    scheduler = Scheduler(services.jobs, services.events, services.event_hub, services.tracing)
+    await database.close()  # every run of the event jobs fails from here on
+    caplog.set_level(logging.ERROR, logger="switchboard.scheduler")
+    scheduler.start()
+
+    async def failed_twice_each() -> bool:
+        failed = [
+            (r.getMessage(), getattr(r, "job", None))
+            for r in caplog.records
+            if r.name == "switchboard.scheduler"
+        ]
+        return all(
+            failed.count((f"event {job} failed; will retry", job)) >= 2
+            for job in ("delivery", "numbering")
+        )
+
+    try:
+        await eventually(failed_twice_each)
+    finally:
+        scheduler.shutdown()
+        await services.aclose()

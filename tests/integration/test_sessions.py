@@ -613,3 +613,48 @@ async def test_agents_may_use_sessions_and_are_recorded_as_authors(
         ).status_code == 200
     history = (await client.get(f"{url}/versions")).json()["items"]
     assert {v["changed_by"] for v in history} == {"Orchestrator_Agent"}
+
+
+async def test_every_session_answer_with_an_etag_is_built_once_by_lean_response(
+    client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Create, read, PATCH (merged too), handoff, touch, rollback and complete answer through
+    ``LeanResponse``'s direct path (headers encoded once, app/common/responses.py), with
+    their ETag, Location and Preference-Applied as before."""
+    import app.common.responses as responses
+
+    built: list[int] = []
+
+    class Counted(responses._Answer):
+        __slots__ = ()
+
+        def __init__(
+            self, body: bytes, status_code: int, raw_headers: list[tuple[bytes, bytes]]
+        ) -> None:
+            built.append(status_code)
+            super().__init__(body, status_code, raw_headers)
+
+    user_id = await create_user(client)
+    monkeypatch.setattr(responses, "_Answer", Counted)
+    created = await client.post("/v1/sessions", json={"user_id": user_id})
+    url = created.headers["location"]
+    assert url == f"/v1/sessions/{created.json()['session_id']}"
+    merge = {"Prefer": "merge=auto", **if_match(1)}
+    answers = [
+        created,
+        await client.get(url),
+        await client.patch(url, json={"progress_percentage": 40}, headers=if_match(1)),
+        merged := await client.patch(url, json={"priority": "high"}, headers=merge),
+        await client.post(
+            f"{url}/handoff",
+            json={"to_agent": "Make_Plan_Agent", "reason": "r"},
+            headers=if_match(3),
+        ),
+        await client.post(f"{url}/touch"),
+        await client.post(f"{url}/rollback", json={"to_version": 1}, headers=if_match(4)),
+        await client.post(f"{url}/complete", headers=if_match(5)),
+    ]
+    assert [a.status_code for a in answers] == [201, 200, 200, 200, 200, 200, 200, 200]
+    assert [a.headers["etag"] for a in answers] == [f'"{a.json()["version"]}"' for a in answers]
+    assert merged.headers["preference-applied"] == "merge=auto"
+    assert built == [a.status_code for a in answers]

@@ -573,37 +573,3 @@ async def test_a_replayed_memory_write_is_the_first_answer_to_the_byte(
     assert second.headers["idempotent-replayed"] == "true"
     assert first.json()["memory"]["created_at"].endswith("Z")
     assert second.json() == first.json()
-
-
-async def test_a_webhook_spawns_no_task_group_for_its_dependencies(
-    client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A handler asking Litestar for two independent dependencies has them resolved in an
-    anyio task group, a task per dependency per request (6 % of a webhook's CPU in the
-    profile, docs/benchmarks.md): each webhook asks for one."""
-    import litestar._kwargs.kwargs_model as kwargs_model
-
-    opened: list[object] = []
-    original = kwargs_model.create_task_group
-
-    def counted() -> Any:
-        opened.append(object())
-        return original()
-
-    monkeypatch.setattr(kwargs_model, "create_task_group", counted)
-    user = await create_user(client)
-    write = {
-        "user_id": user,
-        "agent_name": "Collect_Create_Data_Agent",
-        "memory_type": "data_collection",
-        "memory_content": {"n": 1},
-    }
-    answer = await client.post(
-        "/webhooks/n8n/memory", json=write, headers={"Idempotency-Key": "one-dependency"}
-    )
-    assert answer.status_code == 200, answer.text
-    coordinated = await client.post(
-        "/webhooks/n8n/coordination", json={"user_id": user, "text": "hello"}
-    )
-    assert coordinated.status_code == 200, coordinated.text
-    assert opened == []

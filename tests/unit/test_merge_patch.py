@@ -9,12 +9,11 @@ from typing import Any
 import pytest
 
 from app.errors import ValidationFailed
-from app.sessions.schemas import AgentExecution
+from app.sessions.sequence import EMPTY, AgentSequence, sequence_of
 from app.sessions.state import (
     close_current_execution,
     merge_patch,
     resolve_mirrored,
-    sequence_of,
     show_mirrors,
     start_execution,
     strip_mirrors,
@@ -161,17 +160,17 @@ def test_resolve_mirrored_rejects_disagreement(
     assert raised.value.status == 422
 
 
-def steps(*raw: dict[str, Any]) -> list[AgentExecution]:
-    """Typed steps from their JSON."""
-    return sequence_of(list(raw))
+def steps(*raw: dict[str, Any]) -> AgentSequence:
+    """A sequence as a session row holds it (its steps typed where they are read)."""
+    return AgentSequence.stored(list(raw))
 
 
-def plain(sequence: list[AgentExecution]) -> list[dict[str, Any]]:
+def plain(sequence: AgentSequence) -> list[dict[str, Any]]:
     """Steps as JSON, leaving out the fields never set."""
     return [step.model_dump(mode="json", exclude_none=True) for step in sequence]
 
 
-def sequence_of_steps() -> list[AgentExecution]:
+def sequence_of_steps() -> AgentSequence:
     """A handoff history: one finished step, an older step left running, the current one."""
     return steps(
         {"agent_name": "A", "execution_order": 1, "status": "completed"},
@@ -226,8 +225,10 @@ def test_close_current_execution_without_a_running_step_changes_nothing() -> Non
     assert closed == sequence
     assert closed is not sequence
     assert (
-        close_current_execution([], now=NOW, outcome="failed", output_summary=None, next_agent=None)
-        == []
+        close_current_execution(
+            EMPTY, now=NOW, outcome="failed", output_summary=None, next_agent=None
+        )
+        == EMPTY
     )
 
 
@@ -258,7 +259,7 @@ def test_start_execution_appends_the_next_order() -> None:
 
 
 def test_start_execution_numbers_from_one_and_increments() -> None:
-    sequence = start_execution([], "A", NOW)
+    sequence = start_execution(EMPTY, "A", NOW)
     sequence = start_execution(sequence, "B", NOW)
     sequence = start_execution(sequence, "C", NOW)
     assert [(step.agent_name, step.execution_order) for step in sequence] == [
@@ -278,7 +279,7 @@ def test_start_execution_follows_the_highest_order_not_the_length() -> None:
 
 
 def test_handoff_closes_then_starts() -> None:
-    sequence = start_execution([], "A", NOW)
+    sequence = start_execution(EMPTY, "A", NOW)
     later = datetime(2026, 11, 1, 12, 31, tzinfo=UTC)
     handed_off = start_execution(
         close_current_execution(

@@ -17,11 +17,17 @@ from app.metrics import BUCKETS, Metrics
 from app.settings import DatabaseSettings
 
 
+async def no_jobs() -> list[Any]:
+    return []
+
+
 def metrics() -> Metrics:
     """An app's metrics over a database that is never opened (the pool is left out)."""
     database = Database("postgresql://nowhere/none", DatabaseSettings())
     return Metrics(
-        database, BreakerRegistry(database, SystemClock(), sync_interval=5.0, replica_id="test")
+        database,
+        BreakerRegistry(database, SystemClock(), sync_interval=5.0, replica_id="test"),
+        no_jobs,
     )
 
 

@@ -29,11 +29,11 @@ from app.sessions.schemas import (
     SessionEditable,
     SessionState,
 )
+from app.sessions.sequence import EMPTY, sequence_of
 from app.sessions.state import (
     content_of,
     evolve,
     merge_patch,
-    sequence_of,
     show_mirrors,
     storage_json,
 )
@@ -160,7 +160,7 @@ def claimed_turn(
 def fresh_content() -> SessionContent:
     return SessionContent(
         session_state=SessionState(),
-        agent_sequence=[],
+        agent_sequence=EMPTY,
         coordination_metadata=CoordinationMetadata(),
         current_agent=None,
         progress_percentage=0,
