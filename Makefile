@@ -11,7 +11,7 @@ STAMP := $(VENV)/.switchboard-installed
 
 help:
 	@echo "make run     serve the API (and scheduler) on \$${SWITCHBOARD_HOST:-127.0.0.1}:\$${SWITCHBOARD_PORT:-8080}"
-	@echo "make test    run the whole test suite against a real PostgreSQL"
+	@echo "make test    run the whole test suite against a real PostgreSQL (two processes; TEST_WORKERS=0: one)"
 	@echo "make lint    ruff (lint + format check) and mypy --strict"
 	@echo "make migrate apply migrations to SWITCHBOARD_DATABASE_URL (or the embedded server)"
 	@echo "make bench   benchmarks against their ceilings (bench-quick: under 3 minutes)"
@@ -37,10 +37,14 @@ migrate: $(STAMP)
 	$(BIN)/switchboard migrate
 
 # scripts/chromium.sh puts Debian's chromium on the machine (as root) for the console's browser
-# tests; without one they skip, saying why.
+# tests; without one they skip, saying why. The suite runs in TEST_WORKERS processes
+# (pytest-xdist, 2 by default): most of a run waits on PostgreSQL, subprocesses and timers, which
+# a second process overlaps (measured in .ci/run's header). TEST_WORKERS=0, PYTEST_ARGS="-n 0"
+# or PYTEST_ARGS="-p no:xdist" runs it in one process.
+TEST_WORKERS ?= 2
 test: $(STAMP)
 	@./scripts/chromium.sh
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest $(if $(findstring no:xdist,$(PYTEST_ARGS)),,-n $(TEST_WORKERS)) $(PYTEST_ARGS)
 
 # The console's screenshots in docs/console/ (shown in the README), taken by its browser tests.
 console-screenshots: $(STAMP)

@@ -25,6 +25,9 @@ ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
 
 # What a clone holds besides the source: venvs, caches, data, built files, npm's modules.
+# Under `make test` the other test process writes some of these (Hypothesis's example database
+# and charmap cache, bytecode) while this copy runs, and a file removed between listing and
+# copying fails copytree.
 _NOT_SOURCE = shutil.ignore_patterns(
     ".git",
     ".venv*",
@@ -36,6 +39,7 @@ _NOT_SOURCE = shutil.ignore_patterns(
     "__pycache__",
     ".*_cache",
     ".schemathesis",
+    ".hypothesis",
 )
 
 
