@@ -39,7 +39,7 @@ from app.settings import (
     Settings,
 )
 from bench.fast_agent import FastAgent
-from bench.inprocess import call, callers, measured, on_own_database, run
+from bench.inprocess import call, call_json, callers, measured, on_own_database, run
 from bench.message_task import AGENT, TEXT
 from bench.write_cpu import Request
 from tests.conftest import lifespan_of
@@ -55,10 +55,7 @@ async def prepare(app: Litestar, agent_url: str) -> dict[str, list[str]]:
     admin = {"authorization": f"Bearer {ADMIN}", "content-type": "application/json"}
 
     async def admin_call(method: str, path: str, data: dict[str, Any]) -> dict[str, Any]:
-        status, body = await call(app, method, path, admin, orjson.dumps(data))
-        assert status < 300, body
-        parsed: dict[str, Any] = orjson.loads(body)
-        return parsed
+        return await call_json(app, method, path, admin, data)
 
     await admin_call("PATCH", f"/v1/agents/{AGENT}", {"url": agent_url})
     sessions: dict[str, list[str]] = {}

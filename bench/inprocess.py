@@ -17,6 +17,8 @@ from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
+
 from app.db.migrate import upgrade
 from tests import dbutil
 
@@ -69,6 +71,16 @@ async def call(
 
     await app(scope, receive, send)
     return status, b"".join(chunks)
+
+
+async def call_json(
+    app: App, method: str, path: str, headers: dict[str, str], data: dict[str, Any]
+) -> dict[str, Any]:
+    """A JSON request that must succeed (set-up calls); its parsed answer."""
+    status, body = await call(app, method, path, headers, orjson.dumps(data))
+    assert status < 300, body
+    parsed: dict[str, Any] = orjson.loads(body)
+    return parsed
 
 
 async def callers(n: int, concurrency: int, one: Callable[[int], Awaitable[None]]) -> None:

@@ -35,7 +35,7 @@ from litestar import Litestar
 
 from app.asgi import create_app
 from app.settings import CoordinationSettings, DatabaseSettings, ServerSettings, Settings
-from bench.inprocess import call, callers, measured, on_own_database, run
+from bench.inprocess import call, call_json, callers, measured, on_own_database, run
 from bench.seed import seed_agent_sequences, steps_wanted
 from tests.conftest import lifespan_of
 
@@ -52,10 +52,7 @@ async def prepare(app: Litestar) -> tuple[str, list[str], list[str], list[str]]:
     admin = {"authorization": f"Bearer {ADMIN}", "content-type": "application/json"}
 
     async def admin_call(method: str, path: str, data: dict[str, Any]) -> dict[str, Any]:
-        status, body = await call(app, method, path, admin, orjson.dumps(data))
-        assert status < 300, body
-        parsed: dict[str, Any] = orjson.loads(body)
-        return parsed
+        return await call_json(app, method, path, admin, data)
 
     await admin_call(
         "PATCH", "/v1/agents/Educate_Customer_Agent", {"url": "http://192.0.2.1:9/none"}

@@ -60,7 +60,8 @@ def stored_answer(result: Coordinated, answer_id: str) -> dict[str, Any]:
     the coordinator answered with (``answer_id`` its id)."""
     if result.task_id is not None:
         return {"task_id": str(result.task_id)}
-    assert isinstance(result, MessageResult)  # an accepted turn has its task
+    if not isinstance(result, MessageResult):  # an accepted turn has its task
+        raise RuntimeError("The coordinator accepted a turn without a task to answer with.")
     return {"message": MessageToDict(answer_message(result, answer_id))}
 
 

@@ -93,10 +93,6 @@ class Announcer:
             return
         self._heard.setdefault(conn, set()).add((channel, payload or ""))
 
-    def forget(self, conn: object) -> None:
-        """Drop what ``conn`` announced (before it is used: nothing stale is told)."""
-        self._heard.pop(conn, None)
-
     def committed(self, conn: object) -> None:
         """``conn`` is given back, its work committed (or rolled back: a wake for nothing
         costs a read): tell what it announced."""

@@ -165,7 +165,10 @@ class Database:
 
     @property
     def pool(self) -> asyncpg.Pool[asyncpg.Record]:
-        """The open pool (raises if ``open`` was not awaited)."""
+        """The open pool (raises if ``open`` was not awaited), for its sizes: work takes
+        its connection from ``connection()`` or ``transaction()``, which tell what it
+        announced and forget it; a connection acquired from the pool directly would leave
+        its announcements with the announcer for good."""
         if self._pool is None:
             raise RuntimeError("Database.open() has not been awaited")
         return self._pool

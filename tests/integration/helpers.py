@@ -7,6 +7,7 @@ import contextlib
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
+from uuid import UUID
 
 import asyncpg
 import httpx
@@ -34,6 +35,21 @@ async def served(app: Litestar, server: ServerSettings | None = None) -> AsyncIt
     finally:
         running_server.should_exit = True
         await running
+
+
+async def store_content_a_rule_now_refuses(database_url: str, session_id: str) -> None:
+    """Give a session content an older version could store and today's rules refuse (a
+    pending action with a 5,000-character description), behind the API's back."""
+    conn = await asyncpg.connect(database_url)
+    try:
+        await conn.execute(
+            "UPDATE session_coordination SET session_state = jsonb_set(session_state, "
+            "'{pending_actions}', jsonb_build_array(jsonb_build_object('type', 'x', "
+            "'description', repeat('d', 5000)))) WHERE session_id = $1",
+            UUID(session_id),
+        )
+    finally:
+        await conn.close()
 
 
 def assert_problem(response: httpx.Response, status: int) -> dict[str, Any]:

@@ -11,9 +11,7 @@ import contextlib
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
-from uuid import UUID
 
-import asyncpg
 import httpx
 import orjson
 import pytest
@@ -74,7 +72,12 @@ from app.settings import (
 from tests.a2a_agent import A2AAgent
 from tests.agent_server import AgentServer
 from tests.conftest import ADMIN_KEY, LOOPBACK_ALLOWED
-from tests.integration.helpers import drop_the_connection_at_the_seal, eventually, seal_drops
+from tests.integration.helpers import (
+    drop_the_connection_at_the_seal,
+    eventually,
+    seal_drops,
+    store_content_a_rule_now_refuses,
+)
 
 PLAN = "Please make a plan for my savings"
 PLAN_AGENT = "Make_Plan_Agent"
@@ -1142,16 +1145,7 @@ async def test_a_refused_message_resent_gets_the_same_refusal(
     message with a new messageId is coordinated."""
     await route_to(http, agent)
     sid = await new_session(http)
-    conn = await asyncpg.connect(database_url)
-    try:
-        await conn.execute(
-            "UPDATE session_coordination SET session_state = jsonb_set(session_state, "
-            "'{pending_actions}', jsonb_build_array(jsonb_build_object('type', 'x', "
-            "'description', repeat('d', 5000)))) WHERE session_id = $1",
-            UUID(sid),
-        )
-    finally:
-        await conn.close()
+    await store_content_a_rule_now_refuses(database_url, sid)
     request = message(PLAN, context_id=sid)
 
     refused = await send_raw(http, request)

@@ -882,9 +882,18 @@ async def test_failed_sign_ins_are_limited_per_address(
     assert not any("guess-number" in r.getMessage() for r in caplog.records)
 
 
-@pytest.mark.parametrize("trusted", [True, False], ids=["behind-a-trusted-proxy", "untrusted"])
+@pytest.mark.parametrize(
+    ("proxies", "trusted"),
+    [
+        (["127.0.0.1", "10.0.0.0/8"], True),
+        ([], False),
+        # Proxies are trusted, but not this peer: its forwarded headers are a client's claim.
+        (["10.0.0.0/8"], False),
+    ],
+    ids=["behind-trusted-proxies", "none-trusted", "peer-not-trusted"],
+)
 async def test_behind_a_trusted_proxy_sign_ins_are_limited_per_forwarded_client(
-    app: Litestar, trusted: bool
+    app: Litestar, proxies: list[str], trusted: bool
 ) -> None:
     """Behind two trusted proxies, X-Forwarded-For names the client: one
     guesser spends its own burst and another operator behind the same proxy still signs
@@ -892,7 +901,7 @@ async def test_behind_a_trusted_proxy_sign_ins_are_limited_per_forwarded_client(
     not trusted the headers change nothing: everyone behind it shares one limit."""
     burst = ConsoleSettings().login_failure_burst
     # The client's request went through a proxy at 10.1.2.3, then the one at 127.0.0.1.
-    server = ServerSettings(trusted_proxies=["127.0.0.1", "10.0.0.0/8"] if trusted else [])
+    server = ServerSettings(trusted_proxies=proxies)
     async with served(app, server) as url:
 
         def behind_proxy(client: str, proto: str = "http") -> httpx.AsyncClient:

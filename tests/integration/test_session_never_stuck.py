@@ -8,16 +8,18 @@ import asyncio
 import random
 from collections.abc import AsyncIterator
 from typing import Any
-from uuid import UUID
 
-import asyncpg
 import httpx
 import pytest
 
 from app.settings import CoordinationSettings, DatabaseSettings, Settings
 from tests.agent_server import AgentServer
 from tests.conftest import LOOPBACK_ALLOWED
-from tests.integration.helpers import assert_problem, create_session
+from tests.integration.helpers import (
+    assert_problem,
+    create_session,
+    store_content_a_rule_now_refuses,
+)
 
 SPECIALISTS = ["Make_Plan_Agent", "Add_Changes_Agent", "Educate_Customer_Agent"]
 PHRASES = [
@@ -229,16 +231,7 @@ async def test_a_session_stored_before_a_rule_tightened_is_refused_before_any_ag
     field when a message would write it, and no agent is called for nothing."""
     session = await create_session(client)
     sid = session["session_id"]
-    conn = await asyncpg.connect(database_url)
-    try:
-        await conn.execute(
-            "UPDATE session_coordination SET session_state = jsonb_set(session_state, "
-            "'{pending_actions}', jsonb_build_array(jsonb_build_object('type', 'x', "
-            "'description', repeat('d', 5000)))) WHERE session_id = $1",
-            UUID(sid),
-        )
-    finally:
-        await conn.close()
+    await store_content_a_rule_now_refuses(database_url, sid)
     calls = len(agent.requests)
     refused = await client.post(f"/v1/sessions/{sid}/messages", json={"text": PHRASES[1]})
     problem = assert_problem(refused, 422)
