@@ -199,19 +199,24 @@ class IdempotencyService:
         except BaseException:
             await self._forget(claim)
             raise
-        if not claim.sealed:
-            # One statement: it commits on its own, no BEGIN/COMMIT round trips needed.
-            async with self._db.connection() as conn:
-                stored = await repo.complete_key(
-                    conn, claim.principal, claim.key, claim.token, status, payload
-                )
-            if not stored:
-                logger.warning(
-                    "Idempotency-Key %r of %s was taken over while its request ran (its "
-                    "lease ran out); the retry's answer is the one stored",
-                    claim.key,
-                    claim.principal,
-                )
+        if claim.sealed and not problem:
+            return StoredResponse(status, payload, replayed=False, problem=False)
+        # A refusal after the seal may have come before its commit (the COMMIT itself
+        # refused): the seal then rolled back and the key is still this request's, so the
+        # refusal is stored in its place; if the seal committed, the 200 stands (no row is
+        # in progress under this token any more, and nothing is written).
+        # One statement: it commits on its own, no BEGIN/COMMIT round trips needed.
+        async with self._db.connection() as conn:
+            stored = await repo.complete_key(
+                conn, claim.principal, claim.key, claim.token, status, payload
+            )
+        if not stored and not claim.sealed:
+            logger.warning(
+                "Idempotency-Key %r of %s was taken over while its request ran (its "
+                "lease ran out); the retry's answer is the one stored",
+                claim.key,
+                claim.principal,
+            )
         return StoredResponse(status, payload, replayed=False, problem=problem)
 
     async def _claim(

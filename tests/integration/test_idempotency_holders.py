@@ -299,6 +299,68 @@ async def test_a_write_whose_key_was_taken_over_meanwhile_is_rolled_back(
         await database.close()
 
 
+async def test_a_refusal_at_the_commit_after_the_seal_is_the_answer_stored(
+    client: httpx.AsyncClient, database_url: str
+) -> None:
+    """The COMMIT of a sealed write can itself refuse (here a deferred check raising a data
+    error, a 422): the seal rolls back with the write, so the refusal is stored in its place
+    and a retry is answered with it. (While a claim counted as sealed before its commit,
+    nothing was stored: the key stayed in progress and a retry got 409 until the lease ran
+    out.)"""
+    user_id = await create_user(client)
+    conn = await asyncpg.connect(database_url)
+    try:
+        await conn.execute(
+            """
+            CREATE SEQUENCE commit_refusals;
+            CREATE FUNCTION refuse_at_commit() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN
+              IF nextval('commit_refusals') = 1 THEN
+                RAISE EXCEPTION 'refused at commit' USING ERRCODE = 'numeric_value_out_of_range';
+              END IF;
+              RETURN NULL;
+            END $$;
+            CREATE CONSTRAINT TRIGGER refuse_at_commit AFTER UPDATE ON idempotency_keys
+              DEFERRABLE INITIALLY DEFERRED FOR EACH ROW
+              WHEN (NEW.status = 'completed' AND NEW.key = 'exec-refused')
+              EXECUTE FUNCTION refuse_at_commit();
+            """
+        )
+    finally:
+        await conn.close()
+    database = Database(database_url, DatabaseSettings(pool_min_size=1, pool_max_size=2))
+    await database.open()
+    try:
+        service = IdempotencyService(database, SystemClock(), timedelta(hours=24), LEASE)
+        memories = MemoryService(database, SystemClock(), MemorySettings())
+
+        async def handler(seal: Seal | None) -> tuple[int, dict[str, Any]]:
+            assert seal is not None
+
+            async def store(conn: Connection, stored: list[Memory]) -> None:
+                await seal(conn, {"memory_id": str(stored[0].memory_id)})
+
+            write = MemoryWrite(user_id=user_id, memory_type="data_collection", content=1)
+            await memories.write([write], ADMIN, batch=False, before_commit=store)
+            return 200, {"written": True}
+
+        first = await service.run("admin", "exec-refused", "/webhooks/n8n/memory", {}, handler)
+        retry = await service.run("admin", "exec-refused", "/webhooks/n8n/memory", {}, handler)
+
+        assert (first.status, first.problem, first.replayed) == (422, True, False)
+        assert (retry.status, retry.replayed) == (422, True)
+        assert retry.body == first.body
+        async with database.connection() as conn:
+            assert await conn.fetchval("SELECT count(*) FROM memories") == 0
+            row = await conn.fetchrow(
+                "SELECT status, response_status FROM idempotency_keys WHERE key = 'exec-refused'"
+            )
+            assert row is not None
+            assert tuple(row) == ("completed", 422)
+    finally:
+        await database.close()
+
+
 async def test_a_connection_lost_at_the_coordinations_seal_writes_no_turn_and_the_retry_runs(
     client: httpx.AsyncClient, database_url: str, agent: AgentServer
 ) -> None:
