@@ -33,13 +33,10 @@ from litestar import Litestar
 
 from app.asgi import create_app
 from app.settings import (
-    DatabaseSettings,
     OutboundSettings,
-    ServerSettings,
-    Settings,
 )
 from bench.fast_agent import FastAgent
-from bench.inprocess import call, call_json, callers, measured, on_own_database, run
+from bench.inprocess import bench_settings, call, call_json, callers, measured, on_own_database, run
 from bench.message_task import AGENT, TEXT
 from bench.write_cpu import Request
 from tests.conftest import lifespan_of
@@ -119,12 +116,8 @@ async def window(app: Litestar, path: str, make: Callable[[int], Request], n: in
 
 async def measure(url: str, rounds: int, n: int) -> None:
     """Warm up, then print CPU and wall µs per request per window, paths interleaved."""
-    settings = Settings(
-        database=DatabaseSettings(pool_min_size=2, pool_max_size=10),
-        # As bench/serve.py: the benchmark's one key is not rate limited.
-        server=ServerSettings(rate_limit_per_second=0),
-        outbound=OutboundSettings(allow_loopback=True),  # the fast agent is on 127.0.0.1
-    )
+    # The fast agent is on 127.0.0.1.
+    settings = bench_settings(outbound=OutboundSettings(allow_loopback=True))
     app = create_app(
         settings, database_url=url, admin_key=ADMIN, run_scheduler=False, run_worker=False
     )

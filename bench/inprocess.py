@@ -20,9 +20,24 @@ from typing import Any
 import orjson
 
 from app.db.migrate import upgrade
+from app.settings import CoordinationSettings, DatabaseSettings, ServerSettings, Settings
 from tests import dbutil
 
 App = Callable[[dict[str, Any], Any, Any], Awaitable[None]]
+
+
+# The messages' fallback path, not escalations: as bench/run.py's messages row.
+FALLBACK_PATH = CoordinationSettings(max_step_retries=1000, max_consecutive_fallbacks=1000)
+
+
+def bench_settings(**groups: Any) -> Settings:
+    """The app's settings for an in-process benchmark: a pool of 10, as served, and no
+    rate limit on the benchmark's one key (as bench/serve.py); ``groups`` add to them."""
+    return Settings(
+        database=DatabaseSettings(pool_min_size=2, pool_max_size=10),
+        server=ServerSettings(rate_limit_per_second=0),
+        **groups,
+    )
 
 
 async def call(

@@ -19,8 +19,7 @@ import os
 import httpx
 
 from app.asgi import create_app
-from app.settings import CoordinationSettings, DatabaseSettings, ServerSettings, Settings
-from bench.inprocess import measured, on_own_database, run
+from bench.inprocess import FALLBACK_PATH, bench_settings, measured, on_own_database, run
 from bench.seed import seed_agent_sequences, steps_wanted
 from tests.conftest import lifespan_of
 
@@ -30,14 +29,7 @@ TEXT = "what is compound interest"
 
 async def measure(url: str, rounds: int) -> list[tuple[float, float]]:
     """(CPU µs, wall µs) per message for each window."""
-    settings = Settings(
-        database=DatabaseSettings(pool_min_size=2, pool_max_size=10),
-        # The fallback path, not escalations: as bench/run.py's messages row.
-        coordination=CoordinationSettings(max_step_retries=1000, max_consecutive_fallbacks=1000),
-        # As bench/serve.py: the benchmark's one key is not rate limited (without this every
-        # run since the per-key limit came stopped at its first 429).
-        server=ServerSettings(rate_limit_per_second=0),
-    )
+    settings = bench_settings(coordination=FALLBACK_PATH)
     app = create_app(
         settings, database_url=url, admin_key=ADMIN, run_scheduler=False, run_worker=False
     )

@@ -34,8 +34,16 @@ import orjson
 from litestar import Litestar
 
 from app.asgi import create_app
-from app.settings import CoordinationSettings, DatabaseSettings, ServerSettings, Settings
-from bench.inprocess import call, call_json, callers, measured, on_own_database, run
+from bench.inprocess import (
+    FALLBACK_PATH,
+    bench_settings,
+    call,
+    call_json,
+    callers,
+    measured,
+    on_own_database,
+    run,
+)
 from bench.seed import seed_agent_sequences, steps_wanted
 from tests.conftest import lifespan_of
 
@@ -119,13 +127,7 @@ async def window(app: Litestar, make: Callable[[int], Request], n: int) -> None:
 
 async def measure(url: str, rounds: int, n: int, profile: str | None) -> None:
     """Warm up, then print CPU µs per request per window (or one profiled window)."""
-    settings = Settings(
-        database=DatabaseSettings(pool_min_size=2, pool_max_size=10),
-        # The fallback path, not escalations: as bench/run.py's messages row.
-        coordination=CoordinationSettings(max_step_retries=1000, max_consecutive_fallbacks=1000),
-        # As bench/serve.py: the benchmark's one key is not rate limited.
-        server=ServerSettings(rate_limit_per_second=0),
-    )
+    settings = bench_settings(coordination=FALLBACK_PATH)
     app = create_app(
         settings, database_url=url, admin_key=ADMIN, run_scheduler=False, run_worker=False
     )
