@@ -7,7 +7,6 @@ JSON-RPC errors and the 401 of a call without a key."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
@@ -15,7 +14,6 @@ from typing import Any
 import httpx
 import orjson
 import pytest
-import uvicorn
 from a2a.client import ClientConfig, create_client
 from a2a.client.client import Client
 from a2a.helpers import get_artifact_text, get_message_text, new_text_message
@@ -60,12 +58,10 @@ from app.events.service import EventService
 from app.events.signing import SIGNATURE_HEADER, TIMESTAMP_HEADER, sign
 from app.outbound.policy import OutboundPolicy
 from app.outbound.transport import outbound_client
-from app.server import bind, uvicorn_config
 from app.settings import (
     CoordinationSettings,
     DatabaseSettings,
     SchedulerSettings,
-    ServerSettings,
     Settings,
     TaskSettings,
 )
@@ -76,6 +72,7 @@ from tests.integration.helpers import (
     drop_the_connection_at_the_seal,
     eventually,
     seal_drops,
+    served,
     store_content_a_rule_now_refuses,
 )
 
@@ -111,27 +108,10 @@ def app(settings: Settings, database_url: str) -> Litestar:
     )
 
 
-@contextlib.asynccontextmanager
-async def serving(app: Litestar) -> AsyncIterator[str]:
-    """``app`` served by uvicorn (as ``switchboard serve`` does) on 127.0.0.1; its URL."""
-    sock = bind("127.0.0.1", 0)
-    port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn_config(app, ServerSettings(), host="127.0.0.1", port=port))
-    running = asyncio.create_task(server.serve(sockets=[sock]))
-    while not server.started:
-        assert not running.done(), "the server did not start"
-        await asyncio.sleep(0.02)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        await running
-
-
 @pytest.fixture
 async def base_url(app: Litestar) -> AsyncIterator[str]:
     """Switchboard served by uvicorn on 127.0.0.1."""
-    async with serving(app) as url:
+    async with served(app) as url:
         yield url
 
 
@@ -949,7 +929,7 @@ async def test_a_stream_on_another_replica_follows_the_task(
         settings, database_url=database_url, admin_key=ADMIN_KEY, run_scheduler=False
     )
     async with (
-        serving(other) as other_url,
+        served(other) as other_url,
         httpx.AsyncClient(headers={"Authorization": f"Bearer {ADMIN_KEY}"}) as transport,
     ):
         elsewhere = await create_client(other_url, ClientConfig(httpx_client=transport))

@@ -258,6 +258,19 @@ async def test_a_claim_written_before_leases_keeps_its_12_minutes(
     assert retry.status_code == 200, retry.text
 
 
+async def write_sealed(
+    memories: MemoryService, user_id: str, seal: Seal
+) -> tuple[int, dict[str, Any]]:
+    """A handler's work: write one memory with its answer sealed in the write's transaction."""
+
+    async def store(conn: Connection, stored: list[Memory]) -> None:
+        await seal(conn, {"memory_id": str(stored[0].memory_id)})
+
+    write = MemoryWrite(user_id=user_id, memory_type="data_collection", content=1)
+    await memories.write([write], ADMIN, batch=False, before_commit=store)
+    return 200, {"written": True}
+
+
 async def test_a_write_whose_key_was_taken_over_meanwhile_is_rolled_back(
     client: httpx.AsyncClient, database_url: str
 ) -> None:
@@ -277,13 +290,7 @@ async def test_a_write_whose_key_was_taken_over_meanwhile_is_rolled_back(
                     "UPDATE idempotency_keys SET lease_token = gen_random_uuid(),"
                     " lease_owner = 'thief' WHERE key = 'exec-fenced'"
                 )
-
-            async def store(conn: Connection, stored: list[Memory]) -> None:
-                await seal(conn, {"memory_id": str(stored[0].memory_id)})
-
-            write = MemoryWrite(user_id=user_id, memory_type="data_collection", content=1)
-            await memories.write([write], ADMIN, batch=False, before_commit=store)
-            return 200, {"written": True}
+            return await write_sealed(memories, user_id, seal)
 
         with pytest.raises(Conflict) as raised:
             await service.run("admin", "exec-fenced", "/webhooks/n8n/memory", {}, handler)
@@ -336,13 +343,7 @@ async def test_a_refusal_at_the_commit_after_the_seal_is_the_answer_stored(
 
         async def handler(seal: Seal | None) -> tuple[int, dict[str, Any]]:
             assert seal is not None
-
-            async def store(conn: Connection, stored: list[Memory]) -> None:
-                await seal(conn, {"memory_id": str(stored[0].memory_id)})
-
-            write = MemoryWrite(user_id=user_id, memory_type="data_collection", content=1)
-            await memories.write([write], ADMIN, batch=False, before_commit=store)
-            return 200, {"written": True}
+            return await write_sealed(memories, user_id, seal)
 
         first = await service.run("admin", "exec-refused", "/webhooks/n8n/memory", {}, handler)
         retry = await service.run("admin", "exec-refused", "/webhooks/n8n/memory", {}, handler)
