@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from typing import Any, TypeVar
 from uuid import UUID
 
 import asyncpg
@@ -14,8 +14,11 @@ import httpx
 import uvicorn
 from litestar import Litestar
 
+from app.db.queries import QUERIES
 from app.server import bind, uvicorn_config
 from app.settings import ServerSettings
+
+T = TypeVar("T")
 
 
 @contextlib.asynccontextmanager
@@ -141,3 +144,86 @@ async def seal_drops(database_url: str) -> int:
     finally:
         await conn.close()
     return count
+
+
+# The advisory lock the first turn's commit waits for (end_the_task_read_after_the_turn).
+TURN_HOLD = 22_022
+
+
+async def end_the_task_read_after_the_turn(database_url: str, send: Awaitable[T]) -> tuple[T, int]:
+    """``send``'s result, and how many reads of a task (``get_task``) PostgreSQL ended
+    after the first coordinator turn committed: what a database lost right after that
+    commit does to the request that wrote it.
+
+    The turn's transaction is held at its COMMIT (a deferred trigger on the decision it
+    inserts waits for an advisory lock) while a second connection queues for
+    ``agent_tasks`` exclusively; the commit lets it in, so the reads of a task that
+    follow wait behind it, and their connections are ended there. Once: a sequence counts
+    the turns."""
+    admin = await asyncpg.connect(database_url)
+    holder = await asyncpg.connect(database_url)
+    locker = await asyncpg.connect(database_url)
+    sending: asyncio.Future[T] = asyncio.ensure_future(send)
+    try:
+        await admin.execute(
+            f"""
+            CREATE SEQUENCE turn_holds;
+            CREATE FUNCTION hold_the_turn() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN
+              IF nextval('turn_holds') = 1 THEN
+                PERFORM pg_advisory_xact_lock_shared({TURN_HOLD});
+              END IF;
+              RETURN NULL;
+            END $$;
+            CREATE CONSTRAINT TRIGGER hold_the_turn AFTER INSERT ON coordination_decisions
+              DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION hold_the_turn();
+            """
+        )
+        await holder.execute("SELECT pg_advisory_lock($1)", TURN_HOLD)
+
+        async def turn_held() -> bool:
+            assert not sending.done(), "the request ended before its turn committed"
+            held: bool = await admin.fetchval(
+                "SELECT EXISTS (SELECT FROM pg_locks WHERE locktype = 'advisory' "
+                "AND classid = 0 AND objid = $1 AND NOT granted)",
+                TURN_HOLD,
+            )
+            return held
+
+        await eventually(turn_held)
+        exclusive = locker.transaction()
+        await exclusive.start()
+        locking = asyncio.ensure_future(
+            locker.execute("LOCK TABLE agent_tasks IN ACCESS EXCLUSIVE MODE")
+        )
+
+        async def queued() -> bool:
+            asked: bool = await admin.fetchval(
+                "SELECT EXISTS (SELECT FROM pg_locks WHERE pid = $1 "
+                "AND relation = 'agent_tasks'::regclass)",
+                locker.get_server_pid(),
+            )
+            return asked
+
+        await eventually(queued)
+        await holder.execute("SELECT pg_advisory_unlock($1)", TURN_HOLD)
+        await locking  # granted: the turn has committed
+
+        async def reads_waiting() -> list[int]:
+            rows = await admin.fetch(
+                "SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query = $1",
+                QUERIES.tasks.get_task,
+            )
+            return [row["pid"] for row in rows]
+
+        waiting = await eventually(reads_waiting)
+        for pid in waiting:
+            await admin.execute("SELECT pg_terminate_backend($1)", pid)
+        await exclusive.rollback()
+        return await sending, len(waiting)
+    finally:
+        if not sending.done():
+            sending.cancel()
+        await asyncio.gather(sending, return_exceptions=True)
+        for conn in (locker, holder, admin):
+            await conn.close()

@@ -48,12 +48,10 @@ from google.protobuf.json_format import MessageToDict, ParseDict
 from google.protobuf.struct_pb2 import Value
 from litestar import Litestar
 
-from app.a2a.messages import A2AMessages
 from app.asgi import create_app
 from app.auth.ratelimit import RateLimiter
 from app.clock import SystemClock
 from app.db.pool import Database
-from app.errors import ServiceUnavailable
 from app.events.service import EventService
 from app.events.signing import SIGNATURE_HEADER, TIMESTAMP_HEADER, sign
 from app.outbound.policy import OutboundPolicy
@@ -70,6 +68,7 @@ from tests.agent_server import AgentServer
 from tests.conftest import ADMIN_KEY, LOOPBACK_ALLOWED
 from tests.integration.helpers import (
     drop_the_connection_at_the_seal,
+    end_the_task_read_after_the_turn,
     eventually,
     seal_drops,
     served,
@@ -1178,33 +1177,26 @@ async def test_a_connection_lost_at_the_seal_takes_the_turn_with_it(
 
 
 async def test_a_failure_after_the_turn_committed_is_answered_by_the_resend(
-    http: httpx.AsyncClient, agent: AgentServer, monkeypatch: pytest.MonkeyPatch
+    http: httpx.AsyncClient, agent: AgentServer, database_url: str
 ) -> None:
     """Once the turn and its stored answer have committed, a failure before the answer
-    leaves (the database unreachable as the task is read for it) is an error for that
-    request only: the resend is answered from what was stored, the agent called once and
-    one decision written. (Sealed after the turn, as before, the failure freed the key and
-    the resend was coordinated again.)"""
+    leaves (the database lost as the task is read for it: PostgreSQL ends that
+    connection) is an error for that request only: the resend is answered from what was
+    stored, the agent called once and one decision written. (Sealed after the turn, as
+    before, the failure freed the key and the resend was coordinated again.)"""
     await route_to(http, agent)
     sid = await new_session(http)
-    answer = A2AMessages._answer
-    failed_on: list[Any] = []
-
-    async def unreachable_once(self: A2AMessages, result: Any, answer_id: str) -> Any:
-        if not failed_on:
-            failed_on.append(result)
-            raise ServiceUnavailable("The database is unavailable; retry shortly.")
-        return await answer(self, result, answer_id)
-
-    monkeypatch.setattr(A2AMessages, "_answer", unreachable_once)
     request = message(PLAN, context_id=sid)
 
-    failed = await send_raw(http, request)
+    failed, reads_ended = await end_the_task_read_after_the_turn(
+        database_url, send_raw(http, request)
+    )
 
+    assert reads_ended == 1  # after the coordinator's turn: its answer is in hand
     assert error_data(failed)["status"] == 503
-    assert len(failed_on) == 1  # after the coordinator's turn: its answer is in hand
+    [decided] = await decisions(http, sid)
     again = await send_raw(http, request)
-    assert again["result"]["task"]["id"] == str(failed_on[0].task_id)
+    assert again["result"]["task"]["id"] == decided["task_id"]
     assert again["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
     assert len(agent.requests) == 1
     assert len(await decisions(http, sid)) == 1
