@@ -39,7 +39,14 @@ from app.sessions.schemas import Session, SessionVersionPage
 from app.tasks.schemas import TaskPage
 
 if TYPE_CHECKING:
-    from app.services import Services
+    from app.agents.service import AgentService
+    from app.branches.service import BranchService
+    from app.coordination.breaker_admin import BreakerAdmin
+    from app.coordination.service import CoordinationService
+    from app.jobs.service import JobService
+    from app.memories.service import MemoryService
+    from app.sessions.service import SessionService
+    from app.tasks.service import TaskService
 
 T = TypeVar("T")
 # The overview's window for each agent's task volume, failures and run time.
@@ -137,17 +144,30 @@ class AgentPage:
 class ConsoleReads:
     """The console's read model over the same database and the API's services."""
 
-    def __init__(self, database: Database, clock: Clock, services: Services) -> None:
+    def __init__(
+        self,
+        database: Database,
+        clock: Clock,
+        *,
+        agents: AgentService,
+        breakers: BreakerAdmin,
+        jobs: JobService,
+        sessions: SessionService,
+        branches: BranchService,
+        coordinator: CoordinationService,
+        tasks: TaskService,
+        memories: MemoryService,
+    ) -> None:
         self._db = database
         self._clock = clock
-        self._agents = services.agents
-        self._breakers = services.breaker_admin
-        self._jobs = services.jobs
-        self._sessions = services.sessions
-        self._branches = services.branches
-        self._coordinator = services.coordinator
-        self._tasks = services.tasks
-        self._memories = services.memories
+        self._agents = agents
+        self._breakers = breakers
+        self._jobs = jobs
+        self._sessions = sessions
+        self._branches = branches
+        self._coordinator = coordinator
+        self._tasks = tasks
+        self._memories = memories
 
     async def session_page(
         self,
