@@ -778,6 +778,28 @@ AS $$
       AND memory_readable(m, at, caller, ARRAY(SELECT memory_readable_levels(is_admin, roles)))
 $$;
 
+-- What a memory write is checked against (revision 0036): memory type -> default category,
+-- category -> default level, all levels, which of the users `of_users` exist and who owns
+-- each of the sessions `of_sessions`. write_reference reads it for a batch of writes;
+-- insert_checked_memory checks one write against it in the statement that inserts it.
+-- SETOF and STABLE, one SELECT: the planner inlines it into either statement.
+CREATE FUNCTION memory_write_reference(of_users uuid[], of_sessions uuid[])
+    RETURNS TABLE (
+        types jsonb, categories jsonb, levels text[], users uuid[], session_owners jsonb)
+    LANGUAGE sql STABLE PARALLEL SAFE
+AS $$
+    SELECT
+        (SELECT coalesce(jsonb_object_agg(t.name, t.default_category), '{}')
+         FROM memory_types t),
+        (SELECT coalesce(jsonb_object_agg(c.name, c.default_access_level), '{}')
+         FROM memory_categories c),
+        (SELECT coalesce(array_agg(l.level ORDER BY l.level), '{}')
+         FROM memory_access_levels l),
+        (SELECT coalesce(array_agg(u.id), '{}') FROM users u WHERE u.id = ANY(of_users)),
+        (SELECT coalesce(jsonb_object_agg(s.session_id, s.user_id), '{}')
+         FROM session_coordination s WHERE s.session_id = ANY(of_sessions))
+$$;
+
 -- An agent as every statement returns it: its settings, state and card status, never its
 -- key hash or card; `enabled` as routing sees it (false when the admin switched the agent off or
 -- disabled it with DELETE, which also revoked its key); has_key (whether it has one).

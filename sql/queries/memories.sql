@@ -11,17 +11,11 @@
 -- coordinator that reads what the writer may not (an agent output, say).
 
 -- name: write_reference
--- Everything a write is checked against, in one round trip: memory type -> default
--- category, category -> default level, all levels, which of the named users exist and who
--- owns each named session. $1 user ids, $2 session ids.
-SELECT
-    (SELECT coalesce(jsonb_object_agg(name, default_category), '{}') FROM memory_types) AS types,
-    (SELECT coalesce(jsonb_object_agg(name, default_access_level), '{}') FROM memory_categories)
-        AS categories,
-    (SELECT coalesce(array_agg(level ORDER BY level), '{}') FROM memory_access_levels) AS levels,
-    (SELECT coalesce(array_agg(id), '{}') FROM users WHERE id = ANY($1::uuid[])) AS users,
-    (SELECT coalesce(jsonb_object_agg(session_id, user_id), '{}')
-     FROM session_coordination WHERE session_id = ANY($2::uuid[])) AS session_owners
+-- Everything a write is checked against, in one round trip (memory_write_reference in
+-- schema.sql): memory type -> default category, category -> default level, all levels,
+-- which of the named users exist and who owns each named session. $1 user ids, $2
+-- session ids.
+SELECT * FROM memory_write_reference($1::uuid[], $2::uuid[])
 
 -- name: list_access_levels
 SELECT level, required_role, description FROM memory_access_levels ORDER BY level
@@ -88,9 +82,9 @@ SELECT * FROM stored
 
 -- name: insert_checked_memory
 -- One memory written with its checks, in one statement (one round trip, atomic without a
--- transaction): the reference data write_reference reads, and the INSERT with its audit
--- row (as insert_memory) only if the memory passes every check the service makes with
--- them (app/memories/service.py, _plan_one): a known memory type; its category, else
+-- transaction): the reference data write_reference reads (memory_write_reference in
+-- schema.sql), and the INSERT with its audit row (as insert_memory) only if the memory
+-- passes every check the service makes with them (app/memories/service.py, _plan_one): a known memory type; its category, else
 -- the type's default, else session_data, a known category; a known access level, else the
 -- category's default; a known user; a session of that user, if one is named. The reference
 -- data come back either way: with no memory written, the service explains the refusal
@@ -98,16 +92,7 @@ SELECT * FROM stored
 -- writer (the owner), $4 type, $5 category or NULL, $6 key, $7 content, $8 content size,
 -- $9 access level or NULL, $10 now, $11 acting principal.
 WITH ref AS MATERIALIZED (
-    SELECT
-        (SELECT coalesce(jsonb_object_agg(name, default_category), '{}') FROM memory_types)
-            AS types,
-        (SELECT coalesce(jsonb_object_agg(name, default_access_level), '{}')
-         FROM memory_categories) AS categories,
-        (SELECT coalesce(array_agg(level ORDER BY level), '{}') FROM memory_access_levels)
-            AS levels,
-        (SELECT coalesce(array_agg(id), '{}') FROM users WHERE id = $1::uuid) AS users,
-        (SELECT coalesce(jsonb_object_agg(session_id, user_id), '{}')
-         FROM session_coordination WHERE session_id = $2::uuid) AS session_owners
+    SELECT * FROM memory_write_reference(ARRAY[$1::uuid], ARRAY[$2::uuid])
 ), stored AS (
     INSERT INTO memories (
         user_id, session_id, agent_name, memory_type, category, key, content, content_size,

@@ -208,6 +208,7 @@ async def test_upgrade_head_builds_exactly_schema_sql(server_url: str) -> None:
         "memory_readable",
         "memory_readable_levels",
         "memory_visible",
+        "memory_write_reference",
         "outbox_events_settled",
         "outbox_fan_out",
         "outbox_sequence",
