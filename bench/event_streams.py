@@ -42,7 +42,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from app.db.migrate import upgrade  # noqa: E402
-from bench.serve import free_port, spawn, stop  # noqa: E402
+from bench.serve import spawn, stop  # noqa: E402
 from tests import dbutil  # noqa: E402
 
 ADMIN = "bench-admin-key-0123456789abcdef"
@@ -196,10 +196,8 @@ def measure(url: str, streams: int = 1000, seconds: float = 20, rate: float = 50
     cpus = os.sched_getaffinity(0)
     with contextlib.suppress(OSError):
         os.sched_setaffinity(0, {1})
-    port = free_port()
-    server = spawn(
+    server, port = spawn(
         "switchboard",
-        port,
         {
             "SWITCHBOARD_DATABASE_URL": url,
             "SWITCHBOARD_ADMIN_KEY": ADMIN,

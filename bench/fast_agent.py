@@ -1,4 +1,5 @@
-"""A fast local agent for the benchmarks: ``python -m bench.fast_agent PORT``.
+"""A fast local agent for the benchmarks: ``python -m bench.fast_agent PORT`` (or ``fd:N``:
+on a socket inherited bound, as bench/serve.py's ``spawn`` serves).
 
 A plain asyncio HTTP/1.1 server on 127.0.0.1 that answers every request at once with the
 same agent reply (``{"success": true, "output_data": {...}}``), keeping connections alive.
@@ -18,6 +19,8 @@ import time
 from pathlib import Path
 
 import httpx
+
+from bench.serve import inherited, reserve_port
 
 ROOT = Path(__file__).resolve().parent.parent
 REPLY = b'{"success": true, "output_data": {"response": "Here is your plan"}}'
@@ -52,22 +55,31 @@ async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> 
         writer.close()
 
 
-async def serve(port: int) -> None:
-    """Listen on 127.0.0.1:``port`` until killed."""
-    server = await asyncio.start_server(answer, "127.0.0.1", port, backlog=1024)
+async def serve(port_argument: str) -> None:
+    """Listen on 127.0.0.1 (the port given, or the socket ``fd:N`` names) until killed."""
+    sock = inherited(port_argument)
+    if sock is None:
+        server = await asyncio.start_server(answer, "127.0.0.1", int(port_argument), backlog=1024)
+    else:
+        server = await asyncio.start_server(answer, sock=sock, backlog=1024)
     async with server:
         await server.serve_forever()
 
 
 class FastAgent:
-    """The agent in a process of its own, pinned to ``cpu`` (when taskset exists)."""
+    """The agent in a process of its own, pinned to ``cpu`` (when taskset exists), on
+    ``port`` (0: a free one, reserved for it: ``reserve_port``)."""
 
-    def __init__(self, port: int, cpu: int | None = 1) -> None:
-        self.url = f"http://127.0.0.1:{port}/agent"
-        command = [sys.executable, "-m", "bench.fast_agent", str(port)]
-        if cpu is not None and shutil.which("taskset"):
-            command = ["taskset", "-c", str(cpu), *command]
-        self._proc = subprocess.Popen(command, cwd=ROOT)
+    def __init__(self, port: int = 0, cpu: int | None = 1) -> None:
+        with reserve_port() if port == 0 else contextlib.nullcontext() as sock:
+            self.port = sock.getsockname()[1] if sock is not None else port
+            argument = f"fd:{sock.fileno()}" if sock is not None else str(port)
+            command = [sys.executable, "-m", "bench.fast_agent", argument]
+            if cpu is not None and shutil.which("taskset"):
+                command = ["taskset", "-c", str(cpu), *command]
+            fds = (sock.fileno(),) if sock is not None else ()
+            self._proc = subprocess.Popen(command, cwd=ROOT, pass_fds=fds)
+        self.url = f"http://127.0.0.1:{self.port}/agent"
         deadline = time.monotonic() + 15
         while time.monotonic() < deadline:
             with contextlib.suppress(httpx.HTTPError):
@@ -77,7 +89,7 @@ class FastAgent:
                 break
             time.sleep(0.1)
         self.stop()
-        raise RuntimeError(f"the fast agent did not start on port {port}")
+        raise RuntimeError(f"the fast agent did not start on port {self.port}")
 
     def stop(self) -> None:
         """End the agent's process."""
@@ -88,13 +100,13 @@ class FastAgent:
 
 def main() -> None:
     """Serve on the port given, with uvloop when installed (as Switchboard is served)."""
-    port = int(sys.argv[1])
+    port_argument = sys.argv[1]
     try:
         import uvloop
     except ImportError:
-        asyncio.run(serve(port))
+        asyncio.run(serve(port_argument))
     else:
-        uvloop.run(serve(port))
+        uvloop.run(serve(port_argument))
 
 
 if __name__ == "__main__":

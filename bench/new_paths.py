@@ -24,7 +24,6 @@ import httpx
 
 from bench import a2a_send, auto_merge, message_task, outbox_cost, wrk_scripts
 from bench.fast_agent import FastAgent
-from bench.serve import free_port
 
 ENV = {"SWITCHBOARD_OUTBOUND_ALLOW_LOOPBACK": "true"}
 # Sessions of each path's own: messages grow theirs, so they are spread over many.
@@ -35,7 +34,7 @@ class NewPaths:
     """The fast agent, the sessions of each new path, their wrk scripts and tables."""
 
     def __init__(self) -> None:
-        self.agent = FastAgent(free_port(), cpu=1)
+        self.agent = FastAgent(cpu=1)
         self.sessions: dict[str, list[str]] = {}
 
     def prepare(self, url: str, port: int, admin: str) -> None:

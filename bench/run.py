@@ -57,7 +57,7 @@ from app.services import build_services  # noqa: E402
 from app.settings import DatabaseSettings, Settings  # noqa: E402
 from bench import event_streams, floors, new_paths, paths, profile, workers, wrk_scripts  # noqa: E402
 from bench.paths import HttpPath, Number, Pick, Unique  # noqa: E402
-from bench.serve import free_port, spawn, stop  # noqa: E402
+from bench.serve import spawn, stop  # noqa: E402
 from tests import dbutil  # noqa: E402
 
 ADMIN = "bench-admin-key-0123456789abcdef"
@@ -90,8 +90,7 @@ class Server:
     """One benchmark target in its own process."""
 
     def __init__(self, target: str, env: dict[str, str]) -> None:
-        self.port = free_port()
-        self.proc = spawn(target, self.port, env, cpu=0)
+        self.proc, self.port = spawn(target, env, cpu=0)
 
     def rss_mib(self) -> float:
         return round(psutil.Process(self.proc.pid).memory_info().rss / 2**20, 1)

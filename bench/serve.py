@@ -1,7 +1,9 @@
 """Serve one benchmark target the same way for every target, and as ``switchboard serve``
 does (app/server.py: uvicorn, uvloop, httptools with the head limits; one process, or N
 workers under app/supervisor.py as ``serve --workers N``), with no access log.
-``python -m bench.serve ceiling|switchboard PORT [WORKERS]``."""
+``python -m bench.serve ceiling|switchboard PORT [WORKERS]``; PORT ``fd:N`` serves on a
+socket already bound and inherited as file descriptor N (``spawn``: the port stays taken
+from the moment it is chosen, so two test processes are never handed the same one)."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
 
 import httpx
 
@@ -20,11 +23,50 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    """A TCP port on 127.0.0.1 that nothing listens on right now; another process may be
+    handed it before it is bound. Only for a program that can neither inherit a socket
+    (``reserve_port``) nor say which port it took (``switchboard serve --port 0`` logs
+    it): the n8n drill's n8n, which runs alone."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port: int = s.getsockname()[1]
         return port
+
+
+def reserve_port() -> socket.socket:
+    """A TCP socket bound to a free port on 127.0.0.1, not yet listening, for a child
+    process to inherit (``subprocess.Popen(pass_fds=...)``) and serve on: the port is
+    never free between being chosen and being served on. Without SO_REUSEADDR, so that
+    not even a socket with it (``app.server.bind``'s) can bind the port beside it."""
+    sock = socket.socket()
+    try:
+        sock.bind(("127.0.0.1", 0))
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+def inherited(port_argument: str) -> socket.socket | None:
+    """The socket a ``fd:N`` argument names (inherited from ``reserve_port``'s caller),
+    or None for a port number."""
+    if not port_argument.startswith("fd:"):
+        return None
+    sock = socket.socket(fileno=int(port_argument.removeprefix("fd:")))
+    sock.set_inheritable(True)  # the workers of ``serve --workers`` share it
+    return sock
+
+
+class Spawned(NamedTuple):
+    """A process ``spawn`` started and the port it serves on."""
+
+    process: subprocess.Popen[bytes]
+    port: int
+
+    @property
+    def url(self) -> str:
+        """Its base URL."""
+        return f"http://127.0.0.1:{self.port}"
 
 
 def memory_kib(pid: int, field: str = "VmRSS") -> int:
@@ -36,23 +78,25 @@ def memory_kib(pid: int, field: str = "VmRSS") -> int:
     raise LookupError(f"no {field} in /proc/{pid}/status")
 
 
-def spawn(
-    target: str, port: int, env: dict[str, str], cpu: int | None = None, workers: int = 1
-) -> subprocess.Popen[bytes]:
+def spawn(target: str, env: dict[str, str], cpu: int | None = None, workers: int = 1) -> Spawned:
     """Start ``target`` in a process of its own (pinned to ``cpu`` if given; ``workers``
-    processes behind the port) and wait until it answers; used by the benchmarks, the
-    drills and the fuzz smoke test."""
-    command = [sys.executable, "-m", "bench.serve", target, str(port), str(workers)]
-    if cpu is not None and shutil.which("taskset"):
-        command = ["taskset", "-c", str(cpu), *command]
-    process = subprocess.Popen(command, cwd=ROOT, env={**os.environ, **env})
+    processes behind the port) on a port reserved for it, and wait until it answers; used
+    by the benchmarks, the drills and the tests."""
+    with reserve_port() as sock:
+        port: int = sock.getsockname()[1]
+        fd = sock.fileno()
+        command = [sys.executable, "-m", "bench.serve", target, f"fd:{fd}", str(workers)]
+        if cpu is not None and shutil.which("taskset"):
+            command = ["taskset", "-c", str(cpu), *command]
+        process = subprocess.Popen(command, cwd=ROOT, env={**os.environ, **env}, pass_fds=(fd,))
+    # Our copy is closed; the child's holds the port until it ends.
     probe = f"http://127.0.0.1:{port}" + ("/constant" if target == "ceiling" else "/ready")
     # A deadline, not a wait: on a loaded host (CI, several suites at once) a start takes long.
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         try:
             if httpx.get(probe, timeout=1).status_code == 200:
-                return process
+                return Spawned(process, port)
         except httpx.HTTPError:
             pass
         if process.poll() is not None:
@@ -75,7 +119,7 @@ def stop(process: subprocess.Popen[bytes], timeout: float = 10) -> None:
 
 def main() -> None:
     """Start the named target on 127.0.0.1:PORT."""
-    target, port = sys.argv[1], int(sys.argv[2])
+    target = sys.argv[1]
     workers = int(sys.argv[3]) if len(sys.argv) > 3 else 1
     from app.logs import configure_logging
     from app.server import bind, run, uvicorn_config
@@ -85,7 +129,8 @@ def main() -> None:
     settings = Settings()
     settings.logging.level, settings.logging.access = "WARNING", False
     configure_logging(settings.logging)
-    sock = bind("127.0.0.1", port)
+    sock = inherited(sys.argv[2]) or bind("127.0.0.1", int(sys.argv[2]))
+    port: int = sock.getsockname()[1]
 
     def serve(_: int = 0, listening: Callable[[], None] | None = None) -> bool:
         if target == "ceiling":

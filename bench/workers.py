@@ -15,15 +15,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench.serve import free_port, spawn, stop
+from bench.serve import spawn, stop
 
 WORKER_COUNTS = (1, 2)
 
 
 class _Target:
     def __init__(self, target: str, env: dict[str, str], workers: int) -> None:
-        self.port = free_port()
-        self.proc = spawn(target, self.port, env, workers=workers)
+        self.proc, self.port = spawn(target, env, workers=workers)
 
     def stop(self) -> None:
         stop(self.proc, timeout=70)

@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from app.db.migrate import upgrade  # noqa: E402
-from bench.serve import free_port, spawn  # noqa: E402
+from bench.serve import spawn  # noqa: E402
 
 ADMIN = "fuzz-admin-key-0123456789abcdef"
 SCHEMATHESIS = Path(sys.executable).parent / "schemathesis"
@@ -80,10 +80,8 @@ def fuzz(
 
 def run(url: str, examples: int, phases: str = "examples,coverage,fuzzing") -> dict[str, Any]:
     """Fuzz a Switchboard served on ``url``'s database as the admin and as an agent."""
-    port = free_port()
-    server = spawn(
+    server, port = spawn(
         "switchboard",
-        port,
         {
             "SWITCHBOARD_DATABASE_URL": url,
             "SWITCHBOARD_ADMIN_KEY": ADMIN,

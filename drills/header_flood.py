@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from app.db.migrate import upgrade  # noqa: E402
-from bench.serve import free_port, memory_kib, spawn  # noqa: E402
+from bench.serve import memory_kib, spawn  # noqa: E402
 
 ADMIN = "drill-admin-key-0123456789abcdef"
 HEAD = b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n"
@@ -147,9 +147,8 @@ class Sampler(threading.Thread):
 
 def drill(url: str, connections: int, slow: int, lines: int) -> dict[str, Any]:
     """Flood a server on ``url``'s database and report what it cost and what still worked."""
-    port = free_port()
-    server = spawn(
-        "switchboard", port, {"SWITCHBOARD_DATABASE_URL": url, "SWITCHBOARD_ADMIN_KEY": ADMIN}
+    server, port = spawn(
+        "switchboard", {"SWITCHBOARD_DATABASE_URL": url, "SWITCHBOARD_ADMIN_KEY": ADMIN}
     )
     try:
         for _ in range(20):  # warm the request path before the baseline

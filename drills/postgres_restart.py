@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import sys
 import tempfile
 import time
@@ -73,7 +72,6 @@ async def drill() -> dict[str, Any]:
         server = start_postgres(data)
         url = server.url
         await asyncio.to_thread(upgrade, url)
-        port = 18000 + os.getpid() % 1000
         env = {
             "SWITCHBOARD_DATABASE_URL": url,
             "SWITCHBOARD_ADMIN_KEY": ADMIN,
@@ -81,7 +79,7 @@ async def drill() -> dict[str, Any]:
             "SWITCHBOARD_DATABASE_COMMAND_TIMEOUT": "2",
             "SWITCHBOARD_DATABASE_ACQUIRE_TIMEOUT": "2",
         }
-        app = spawn("switchboard", port, env)
+        app, port = spawn("switchboard", env)
         base = f"http://127.0.0.1:{port}"
         try:
             t0 = time.monotonic()

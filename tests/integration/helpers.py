@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 from typing import Any, TypeVar
 from uuid import UUID
 
@@ -19,6 +21,8 @@ from app.server import bind, uvicorn_config
 from app.settings import ServerSettings
 
 T = TypeVar("T")
+# What ``switchboard serve`` logs (at INFO, as text or JSON) once it listens.
+LISTENING = re.compile(r"listening on http://127\.0\.0\.1:(\d+)")
 
 
 @contextlib.asynccontextmanager
@@ -38,6 +42,13 @@ async def served(app: Litestar, server: ServerSettings | None = None) -> AsyncIt
     finally:
         running_server.should_exit = True
         await running
+
+
+def listening_port(log: Path) -> int | None:
+    """The port ``switchboard serve --port 0`` (the kernel picks a free one, taken at
+    once) said in ``log`` it listens on; None until it has."""
+    found = LISTENING.search(log.read_text(errors="replace")) if log.exists() else None
+    return int(found.group(1)) if found else None
 
 
 async def store_content_a_rule_now_refuses(database_url: str, session_id: str) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import pickle
+import subprocess
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,7 +19,7 @@ import pytest
 from bench import floors, paths
 from bench.paths import HttpPath, Number, Pick, Unique
 from bench.run import ADMIN, _prepare_client
-from bench.serve import free_port, spawn
+from bench.serve import spawn
 
 
 @pytest.fixture
@@ -29,12 +30,12 @@ def capture_dir(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def servers() -> Iterator[list[object]]:
-    started: list[object] = []
+def servers() -> Iterator[list[subprocess.Popen[bytes]]]:
+    started: list[subprocess.Popen[bytes]] = []
     yield started
     for process in started:
-        process.terminate()  # type: ignore[attr-defined]
-        process.wait(timeout=10)  # type: ignore[attr-defined]
+        process.terminate()
+        process.wait(timeout=10)
 
 
 async def _seed(url: str) -> tuple[list[str], str]:
@@ -55,7 +56,7 @@ async def _seed(url: str) -> tuple[list[str], str]:
 
 
 async def test_paths_are_captured_planned_and_replayed_with_the_same_work(
-    database_url: str, capture_dir: Path, tmp_path: Path, servers: list[object]
+    database_url: str, capture_dir: Path, tmp_path: Path, servers: list[subprocess.Popen[bytes]]
 ) -> None:
     sessions, user = await _seed(database_url)
     env = {
@@ -64,8 +65,8 @@ async def test_paths_are_captured_planned_and_replayed_with_the_same_work(
         "SWITCHBOARD_RATE_LIMIT_PER_SECOND": "0",
         floors.CAPTURE_ENV: str(capture_dir),
     }
-    port = free_port()
-    servers.append(spawn("switchboard", port, env))
+    server, port = spawn("switchboard", env)
+    servers.append(server)
     key = _prepare_client(port)
     routes = {
         "patch": HttpPath(
@@ -103,14 +104,10 @@ async def test_paths_are_captured_planned_and_replayed_with_the_same_work(
     # The ceiling server replays them with values no capture used.
     plans_file = tmp_path / "plans.pickle"
     plans_file.write_bytes(pickle.dumps({"p0": patch, "p1": webhook}))
-    floor_port = free_port()
-    servers.append(
-        spawn(
-            "ceiling",
-            floor_port,
-            {"CEILING_DATABASE_URL": database_url, "CEILING_FLOOR_PLANS": str(plans_file)},
-        )
+    floor, floor_port = spawn(
+        "ceiling", {"CEILING_DATABASE_URL": database_url, "CEILING_FLOOR_PLANS": str(plans_file)}
     )
+    servers.append(floor)
     conn = await asyncpg.connect(database_url)
     try:
         target = sessions[2]  # a session the captures never touched
@@ -146,7 +143,7 @@ async def test_paths_are_captured_planned_and_replayed_with_the_same_work(
 
 
 async def test_a_replay_that_would_no_op_where_the_path_wrote_is_caught(
-    database_url: str, capture_dir: Path, servers: list[object]
+    database_url: str, capture_dir: Path, servers: list[subprocess.Popen[bytes]]
 ) -> None:
     sessions, _ = await _seed(database_url)
     env = {
@@ -155,8 +152,8 @@ async def test_a_replay_that_would_no_op_where_the_path_wrote_is_caught(
         "SWITCHBOARD_RATE_LIMIT_PER_SECOND": "0",
         floors.CAPTURE_ENV: str(capture_dir),
     }
-    port = free_port()
-    servers.append(spawn("switchboard", port, env))
+    server, port = spawn("switchboard", env)
+    servers.append(server)
     key = _prepare_client(port)
     route = HttpPath(
         "PATCH",

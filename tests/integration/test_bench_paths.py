@@ -21,7 +21,7 @@ from bench import a2a_send, auto_merge, message_task, outbox_cost, wrk_scripts
 from bench.fast_agent import ANSWER, FastAgent, content_length
 from bench.paths import HttpPath, Unique
 from bench.run import wrk
-from bench.serve import free_port, spawn
+from bench.serve import spawn
 from tests import dbutil
 from tests.conftest import ADMIN_KEY
 
@@ -44,11 +44,9 @@ def bench(server_url: str, template_database: str) -> Iterator[Bench]:
     name = dbutil.unique_name("sbtest_benchpaths")
     asyncio.run(dbutil.create_database(server_url, name, template=template_database))
     url = dbutil.with_database(server_url, name)
-    agent = FastAgent(free_port())
-    port = free_port()
-    process = spawn(
+    agent = FastAgent()
+    process, port = spawn(
         "switchboard",
-        port,
         {
             "SWITCHBOARD_DATABASE_URL": url,
             "SWITCHBOARD_ADMIN_KEY": ADMIN_KEY,
@@ -96,7 +94,7 @@ async def run_wrk(bench: Bench, script: Path, connections: int = 2) -> dict[str,
 
 
 def test_the_fast_agent_answers_each_request_of_a_kept_alive_connection() -> None:
-    agent = FastAgent(free_port(), cpu=None)
+    agent = FastAgent(cpu=None)
     try:
         with httpx.Client() as client:
             for body in ({"request_id": "1", "input": "x" * 5000}, {}):

@@ -27,7 +27,7 @@ from typing import Any
 import httpx
 import pytest
 
-from bench.serve import free_port, spawn
+from bench.serve import spawn
 from tests import dbutil
 from tests.a2a_agent import A2AAgent
 from tests.conftest import ADMIN_KEY
@@ -77,11 +77,9 @@ async def running_switchboard(
     """A Switchboard process on a database of its own, and an admin client of its API."""
     name = dbutil.unique_name("sbtest_console")
     await dbutil.create_database(server_url, name, template=template_database)
-    port = free_port()
-    process = await asyncio.to_thread(
+    process, port = await asyncio.to_thread(
         spawn,
         "switchboard",
-        port,
         {
             "SWITCHBOARD_DATABASE_URL": dbutil.with_database(server_url, name),
             "SWITCHBOARD_ADMIN_KEY": ADMIN_KEY,

@@ -21,7 +21,7 @@ import pytest
 
 from app.db.embedded import EmbeddedPostgres, running_postmaster
 from app.settings import PROJECT_ROOT
-from bench.serve import free_port
+from tests.integration.helpers import listening_port
 
 pytestmark = [
     pytest.mark.slow,
@@ -112,22 +112,24 @@ def switchboard(data_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def serve(data_dir: Path) -> tuple[subprocess.Popen[bytes], str]:
-    """``switchboard serve`` on a free port, once it answers /ready with 200."""
-    port = free_port()
-    process = subprocess.Popen(
-        [str(SWITCHBOARD), "serve", "--port", str(port)],
-        env=env_for(data_dir),
-        cwd=PROJECT_ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    api = f"http://127.0.0.1:{port}"
+    """``switchboard serve`` on a port the kernel picks (``--port 0``: it says which in its
+    log), once it answers /ready with 200."""
+    log = data_dir.parent / f"serve-{time.monotonic_ns()}.log"
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            [str(SWITCHBOARD), "serve", "--port", "0"],
+            env=env_for(data_dir) | {"SWITCHBOARD_LOG_LEVEL": "INFO"},
+            cwd=PROJECT_ROOT,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         assert process.poll() is None, "switchboard serve exited during start-up"
+        port = listening_port(log)
         try:
-            if httpx.get(f"{api}/ready", timeout=2).status_code == 200:
-                return process, api
+            if port and httpx.get(f"http://127.0.0.1:{port}/ready", timeout=2).status_code == 200:
+                return process, f"http://127.0.0.1:{port}"
         except httpx.HTTPError:
             pass
         time.sleep(0.1)

@@ -24,7 +24,7 @@ from app.db.pool import Database
 from app.events.hub import EventHub
 from app.settings import DatabaseSettings, StreamSettings, TracingSettings
 from app.tracing import Tracing
-from bench.serve import free_port, spawn
+from bench.serve import spawn
 from tests import dbutil
 from tests.conftest import ADMIN_KEY
 from tests.integration.helpers import assert_problem, create_session, if_match
@@ -56,10 +56,10 @@ def replicas(server_url: str, template_database: str) -> Iterator[Replicas]:
         "SWITCHBOARD_DATABASE_POOL_MIN_SIZE": "1",
         "SWITCHBOARD_DATABASE_POOL_MAX_SIZE": "5",
     }
-    ports = (free_port(), free_port())
-    processes = [spawn("switchboard", port, env) for port in ports]
+    spawned = [spawn("switchboard", env) for _ in range(2)]
+    processes = [server.process for server in spawned]
     try:
-        yield Replicas((f"http://127.0.0.1:{ports[0]}", f"http://127.0.0.1:{ports[1]}"), url)
+        yield Replicas((spawned[0].url, spawned[1].url), url)
     finally:
         for process in processes:
             process.terminate()
@@ -355,13 +355,12 @@ async def test_sigterm_ends_open_streams_and_the_server_stops(
     name = dbutil.unique_name("sbtest_streams_stop")
     await dbutil.create_database(server_url, name, template=template_database)
     url = dbutil.with_database(server_url, name)
-    port = free_port()
     env = {
         "SWITCHBOARD_DATABASE_URL": url,
         "SWITCHBOARD_ADMIN_KEY": ADMIN_KEY,
         "SWITCHBOARD_STREAM_KEEPALIVE_SECONDS": "1",
     }
-    process = await asyncio.to_thread(spawn, "switchboard", port, env)
+    process, port = await asyncio.to_thread(spawn, "switchboard", env)
     try:
         base = f"http://127.0.0.1:{port}"
         async with httpx.AsyncClient(base_url=base, headers=ADMIN, timeout=10) as client:

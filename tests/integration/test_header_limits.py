@@ -21,7 +21,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from bench.serve import free_port, memory_kib, spawn
+from bench.serve import memory_kib, spawn
 from drills.header_flood import flood, flood_size, slow_head
 from tests import dbutil
 from tests.conftest import ADMIN_KEY
@@ -55,10 +55,8 @@ def server(server_url: str, template_database: str) -> Iterator[Server]:
     a small connection limit; the head limits are the defaults (100 fields, 16 KiB)."""
     name = dbutil.unique_name("sbtest_heads")
     asyncio.run(dbutil.create_database(server_url, name, template=template_database))
-    port = free_port()
-    process = spawn(
+    process, port = spawn(
         "switchboard",
-        port,
         {
             "SWITCHBOARD_DATABASE_URL": dbutil.with_database(server_url, name),
             "SWITCHBOARD_ADMIN_KEY": ADMIN_KEY,

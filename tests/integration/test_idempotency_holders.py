@@ -14,7 +14,6 @@ import asyncio
 import json
 import os
 import signal
-import socket
 import time
 from collections.abc import AsyncIterator
 from datetime import datetime, timedelta
@@ -94,26 +93,18 @@ async def key_row(url: str, key: str) -> dict[str, Any]:
     return found
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 async def test_a_retry_after_the_holders_process_was_killed_runs_within_seconds(
     client: httpx.AsyncClient, database_url: str, agent: AgentServer
 ) -> None:
     """The original never finished and never will: its key must not block the retry."""
     await plan_agent_at(client, agent)
     agent.behaviour = "hang"
-    port = free_port()
     env = {
         "SWITCHBOARD_DATABASE_URL": database_url,
         "SWITCHBOARD_ADMIN_KEY": ADMIN_KEY,
         "SWITCHBOARD_OUTBOUND_ALLOW_LOOPBACK": "true",  # the agent is on 127.0.0.1
     }
-    process = await asyncio.to_thread(spawn, "switchboard", port, env)
+    process, port = await asyncio.to_thread(spawn, "switchboard", env)
     headers = {"Authorization": f"Bearer {ADMIN_KEY}", "Idempotency-Key": "exec-killed"}
     try:
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as other:

@@ -18,7 +18,7 @@ from http import HTTPStatus
 
 import pytest
 
-from bench.serve import free_port, memory_kib, spawn
+from bench.serve import memory_kib, spawn
 from tests import dbutil
 from tests.conftest import ADMIN_KEY
 
@@ -44,10 +44,8 @@ def server(server_url: str, template_database: str) -> Iterator[Server]:
     """One server process for the module, on a database of its own."""
     name = dbutil.unique_name("sbtest_linger")
     asyncio.run(dbutil.create_database(server_url, name, template=template_database))
-    port = free_port()
-    process = spawn(
+    process, port = spawn(
         "switchboard",
-        port,
         {
             "SWITCHBOARD_DATABASE_URL": dbutil.with_database(server_url, name),
             "SWITCHBOARD_ADMIN_KEY": ADMIN_KEY,

@@ -11,7 +11,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from bench.serve import free_port, spawn
+from bench.serve import spawn
 from tests.conftest import ADMIN_KEY
 
 
@@ -58,10 +58,9 @@ async def test_several_workers_share_their_counts(database_url: str, tmp_path: P
         "SWITCHBOARD_ADMIN_KEY": ADMIN_KEY,
         "SWITCHBOARD_SCHEDULER_ENABLED": "false",
     }
-    ports = [free_port(), free_port()]
-    workers = await asyncio.gather(
-        *(asyncio.to_thread(spawn, "switchboard", p, env) for p in ports)
-    )
+    spawned = await asyncio.gather(*(asyncio.to_thread(spawn, "switchboard", env) for _ in "ab"))
+    workers = [server.process for server in spawned]
+    ports = [server.port for server in spawned]
     try:
         async with httpx.AsyncClient() as client:
             for port, count in zip(ports, (3, 2), strict=True):

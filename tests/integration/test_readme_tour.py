@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from app.settings import PROJECT_ROOT
-from bench.serve import free_port
+from tests.integration.helpers import listening_port
 
 SWITCHBOARD = Path(sys.executable).parent / "switchboard"
 TOUR = re.compile(r"<!-- tour:start -->\n```bash\n(.*?)\n```\n<!-- tour:end -->", re.DOTALL)
@@ -38,32 +38,35 @@ class Served:
 
 @pytest.fixture
 async def served(database_url: str, tmp_path: Path) -> AsyncIterator[Served]:
-    """``switchboard serve`` on a free port, with no admin key given: it generates one into
+    """``switchboard serve`` on a port the kernel picks (``--port 0``: it says which in its
+    log), with no admin key given: it generates one into
     ``<tmp_path>/.switchboard/admin.key``, as ``make run`` does in the repository."""
-    port = free_port()
+    log = tmp_path / "serve.log"
     # The defaults a user has (no test-wide settings such as the rate limit switched off).
     env = {key: value for key, value in os.environ.items() if not key.startswith("SWITCHBOARD_")}
     env |= {
         "SWITCHBOARD_DATABASE_URL": database_url,
         "SWITCHBOARD_DATA_DIR": str(tmp_path / ".switchboard"),
-        "SWITCHBOARD_PORT": str(port),
-        "SWITCHBOARD_LOG_LEVEL": "WARNING",
     }
-    process = await asyncio.create_subprocess_exec(
-        # From the repository, as `make run` serves (the migrations are found from there).
-        str(SWITCHBOARD),
-        "serve",
-        env=env,
-        cwd=PROJECT_ROOT,
-        stdout=asyncio.subprocess.DEVNULL,
-    )
-    api = f"http://127.0.0.1:{port}"
+    with log.open("wb") as out:
+        process = await asyncio.create_subprocess_exec(
+            # From the repository, as `make run` serves (the migrations are found from there).
+            str(SWITCHBOARD),
+            *("serve", "--port", "0"),
+            env=env,
+            cwd=PROJECT_ROOT,
+            stdout=out,
+            stderr=asyncio.subprocess.STDOUT,
+        )
+    api = ""
     try:
         async with httpx.AsyncClient() as probe:
             for _ in range(150):
                 assert process.returncode is None, "switchboard serve exited during start-up"
+                port = listening_port(log)
+                api = f"http://127.0.0.1:{port}"
                 try:
-                    if (await probe.get(f"{api}/ready", timeout=1)).status_code == 200:
+                    if port and (await probe.get(f"{api}/ready", timeout=1)).status_code == 200:
                         break
                 except httpx.HTTPError:
                     pass

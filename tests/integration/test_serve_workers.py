@@ -21,9 +21,8 @@ import asyncpg
 import httpx
 import pytest
 
-from bench.serve import free_port
 from tests.conftest import ADMIN_KEY
-from tests.integration.helpers import create_session
+from tests.integration.helpers import create_session, eventually, listening_port
 from tests.integration.test_event_streams import open_stream, patch
 from tests.integration.test_metrics import requests_total
 
@@ -78,8 +77,7 @@ async def serve(database_url: str, tmp_path: Path) -> AsyncIterator[Any]:
     started: list[asyncio.subprocess.Process] = []
 
     async def start(**overrides: str) -> Served:
-        port = free_port()
-        log = tmp_path / f"serve-{port}.log"
+        log = tmp_path / f"serve-{len(started)}.log"
         env = {
             **os.environ,
             "SWITCHBOARD_DATABASE_URL": database_url,
@@ -93,13 +91,19 @@ async def serve(database_url: str, tmp_path: Path) -> AsyncIterator[Any]:
         with log.open("wb") as out:
             process = await asyncio.create_subprocess_exec(
                 str(SWITCHBOARD),
-                *("serve", "--workers", "2", "--port", str(port)),
+                *("serve", "--workers", "2", "--port", "0"),
                 env=env,
                 cwd=tmp_path,
                 stdout=out,
                 stderr=asyncio.subprocess.STDOUT,
             )
         started.append(process)
+
+        async def port_said() -> int | None:
+            assert process.returncode is None, "switchboard serve ended"
+            return listening_port(log)
+
+        port = await eventually(port_said, within=60)
         served = Served(process, f"http://127.0.0.1:{port}", log)
         await ready(served.base, process)
         # Both workers listen (the first one may answer /ready alone).
