@@ -19,7 +19,7 @@ from app.a2a.route import BODY_LIMIT_STATE, DISPATCHER_STATE, a2a_dispatcher, a2
 from app.a2a.store import AgentTaskStore
 from app.agents.controller import AgentController, SkillController
 from app.auth.middleware import PUBLIC_PATHS, ApiKeyAuthMiddleware
-from app.auth.ratelimit import RateLimiter
+from app.auth.ratelimit import Buckets, RateLimiter
 from app.branches.controller import BranchController
 from app.clock import Clock, SystemClock
 from app.common.jsonbody import JsonRequest
@@ -115,6 +115,7 @@ def create_app(
     run_worker: bool | None = None,
     resolver: Resolver | None = None,
     tracing: Tracing | None = None,
+    rate_buckets: Buckets | None = None,
 ) -> Litestar:
     """Build the application. Resolving the URL and admin key is the caller's job.
 
@@ -122,7 +123,9 @@ def create_app(
     ``SWITCHBOARD_SCHEDULER_ENABLED`` setting) is true; the task worker when ``run_worker``
     (default: ``SWITCHBOARD_TASKS_ENABLED``) is. ``resolver`` turns host names into
     addresses for the outbound policy (default: the system resolver). ``tracing`` is
-    built from ``settings.tracing`` unless given (tests pass one that collects spans)."""
+    built from ``settings.tracing`` unless given (tests pass one that collects spans).
+    ``rate_buckets`` keeps the keys' rate-limit buckets (default: this process's own;
+    ``serve --workers`` passes the host's)."""
     clock = clock or SystemClock()
     database = Database(database_url, settings.database)
     services = build_services(
@@ -268,7 +271,9 @@ def create_app(
                 ),
                 BODY_LIMIT_STATE: settings.max_body_bytes,
                 "rate_limiter": RateLimiter(
-                    settings.server.rate_limit_per_second, settings.server.rate_limit_burst
+                    settings.server.rate_limit_per_second,
+                    settings.server.rate_limit_burst,
+                    buckets=rate_buckets,
                 ),
             }
         ),

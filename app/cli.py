@@ -66,13 +66,21 @@ def _serve_workers(
 ) -> int:
     """``serve --workers N``: N processes on the one socket (app/supervisor.py); the
     scheduler in worker 0 only, a task worker in each."""
+    from app.auth.ratelimit import HostBuckets
     from app.logs import mark_worker
     from app.server import run, uvicorn_config
     from app.supervisor import Supervisor, multiprocess_metrics
 
     _check_connections(settings, url, workers)
     host, port = sock.getsockname()[:2]
-    with multiprocess_metrics() as metrics_dir, contextlib.closing(sock):
+    # Made before the fork: every worker (and each one started again) counts a key's
+    # requests in the same buckets, so the rate limit is per host.
+    rate_buckets = HostBuckets()
+    with (
+        multiprocess_metrics() as metrics_dir,
+        contextlib.closing(sock),
+        contextlib.closing(rate_buckets),
+    ):
         # Imported once, before the fork: every worker shares the loaded modules.
         from app.asgi import create_app
 
@@ -84,6 +92,7 @@ def _serve_workers(
                 admin_key=key,
                 run_scheduler=run_scheduler and slot == 0,
                 run_worker=run_worker,
+                rate_buckets=rate_buckets,
             )
             run(uvicorn_config(app, settings.server, host=host, port=port), sock, listening)
 

@@ -121,6 +121,7 @@ def main() -> None:
     """Start the named target on 127.0.0.1:PORT."""
     target = sys.argv[1]
     workers = int(sys.argv[3]) if len(sys.argv) > 3 else 1
+    from app.auth.ratelimit import HostBuckets
     from app.logs import configure_logging
     from app.server import bind, run, uvicorn_config
     from app.settings import Settings
@@ -131,6 +132,8 @@ def main() -> None:
     configure_logging(settings.logging)
     sock = inherited(sys.argv[2]) or bind("127.0.0.1", int(sys.argv[2]))
     port: int = sock.getsockname()[1]
+    # As ``serve --workers N`` (app/cli.py): the workers share the keys' rate-limit buckets.
+    rate_buckets = HostBuckets() if workers > 1 else None
 
     def serve(_: int = 0, listening: Callable[[], None] | None = None) -> bool:
         if target == "ceiling":
@@ -143,6 +146,7 @@ def main() -> None:
                 database_url=os.environ["SWITCHBOARD_DATABASE_URL"],
                 admin_key=os.environ["SWITCHBOARD_ADMIN_KEY"],
                 run_scheduler=False,
+                rate_buckets=rate_buckets,
             )
             capture = os.environ.get("SWITCHBOARD_BENCH_CAPTURE")
             if capture:

@@ -160,6 +160,40 @@ def access_by_worker(served: Served) -> Counter[int]:
     )
 
 
+async def test_a_keys_rate_limit_is_the_hosts_not_each_workers(serve: Any) -> None:
+    """Two workers, one key: the 429s start once the host has answered the key's burst,
+    wherever its requests landed (a worker's own buckets let each worker answer a burst,
+    up to twice as many)."""
+    burst = 20
+    served = await serve(
+        SWITCHBOARD_RATE_LIMIT_PER_SECOND="0.001", SWITCHBOARD_RATE_LIMIT_BURST=str(burst)
+    )
+    statuses: list[int] = []
+
+    async def one() -> None:
+        # A connection each: the kernel hands each to whichever worker accepts first.
+        async with httpx.AsyncClient(base_url=served.base, headers=ADMIN) as client:
+            statuses.append((await client.get("/v1/agents")).status_code)
+
+    for _ in range(6):
+        await asyncio.gather(*(one() for _ in range(10)))
+
+    assert Counter(statuses) == {200: burst, 429: 60 - burst}
+    await until(lambda: len(answers_by_worker(served)) == 60)
+    answered = answers_by_worker(served)
+    # Both workers answered the key: with a bucket each, more than the burst would have
+    # been answered (up to 2 x 20 of the 60).
+    assert {worker for worker, _ in answered} == {0, 1}, answered
+
+
+def answers_by_worker(served: Served) -> list[tuple[int, int]]:
+    return [
+        (line["worker"], line["status"])
+        for line in served.lines()
+        if line["logger"] == "switchboard.access" and line.get("path") == "/v1/agents"
+    ]
+
+
 async def test_the_scheduler_runs_in_one_worker_each_slot_once(
     serve: Any, database_url: str
 ) -> None:

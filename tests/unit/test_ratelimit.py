@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 
-from app.auth.ratelimit import RateLimiter
+from app.auth.ratelimit import HostBuckets, RateLimiter
 from app.errors import RateLimited
 
 
@@ -68,3 +70,42 @@ def test_it_remembers_at_most_max_callers() -> None:
     limiter.take("10.0.0.49")
     with pytest.raises(RateLimited):
         limiter.take("10.0.0.49")
+
+
+@pytest.fixture
+def host() -> Iterator[HostBuckets]:
+    buckets = HostBuckets(slots=64)
+    yield buckets
+    buckets.close()
+
+
+def test_limiters_on_the_hosts_buckets_share_each_callers_burst(host: HostBuckets) -> None:
+    """What ``serve --workers 2`` does: each worker's limiter on the one table (the
+    workers' sharing it across the fork: tests/integration/test_serve_workers.py)."""
+    ticks = Ticks()
+    first, second = (RateLimiter(0.1, 3, monotonic=ticks, buckets=host) for _ in range(2))
+    first.take("key-a")
+    second.take("key-a")
+    first.take("key-a")
+    with pytest.raises(RateLimited) as refused:
+        second.take("key-a")
+    assert refused.value.retry_after == 10
+    second.take("key-b")  # another caller has its own bucket
+    first.give_back("key-a")
+    second.take("key-a")
+    ticks.now += 10
+    first.take("key-a")
+    with pytest.raises(RateLimited):
+        second.take("key-a")
+
+
+def test_a_full_table_gives_the_least_recently_used_slot_away(host: HostBuckets) -> None:
+    """More callers than slots: each still gets a bucket, the newest keep theirs."""
+    ticks = Ticks()
+    limiter = RateLimiter(0.001, 2, monotonic=ticks, buckets=host)
+    for n in range(500):
+        limiter.take(f"caller-{n}")
+        ticks.now += 0.01
+    limiter.take("caller-499")
+    with pytest.raises(RateLimited):
+        limiter.take("caller-499")
