@@ -785,7 +785,7 @@ AS $$
       AND memory_readable(m, at, caller, ARRAY(SELECT memory_readable_levels(is_admin, roles)))
 $$;
 
--- What a memory write is checked against (revision 0036): memory type -> default category,
+-- What a memory write is checked against (revision 0037): memory type -> default category,
 -- category -> default level, all levels, which of the users `of_users` exist and who owns
 -- each of the sessions `of_sessions`. write_reference reads it for a batch of writes;
 -- insert_checked_memory checks one write against it in the statement that inserts it.

@@ -5,8 +5,8 @@ insert_checked_memory (one write: the checks in the statement that inserts it) s
 the same five subqueries; both now select from the function, which the planner inlines
 (SETOF, STABLE, one SELECT), so the plans and the round trips stay as they were.
 
-Revision ID: 0036
-Revises: 0035
+Revision ID: 0037
+Revises: 0036
 Create Date: 2026-11-25
 """
 
@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from migrations.sqlscript import run_sql
 
-revision = "0036"
-down_revision = "0035"
+revision = "0037"
+down_revision = "0036"
 branch_labels = None
 depends_on = None
 
