@@ -154,6 +154,13 @@ def main() -> None:
                 from bench.floors import install_capture
 
                 app = install_capture(app, capture)
+        tails = os.environ.get("SWITCHBOARD_BENCH_TAILS")
+        if tails:
+            # Per-request times and the process's stalls (bench/tails.py): never in a
+            # measured run, which does not set it.
+            from bench.tails import install_tails
+
+            app = install_tails(app, tails)
         config = uvicorn_config(app, settings.server, host="127.0.0.1", port=port)
         return run(config, sock, listening)
 

@@ -58,22 +58,66 @@ class AgentService:
         # the admin's there.
         self._admin_digest = None if admin_key is None else hash_key(admin_key)
         self._keys = KeyCache(key_cache_seconds)
+        # Key digest -> the lookup in flight for it, shared by whoever needs it meanwhile.
+        self._lookups: dict[bytes, asyncio.Task[Principal | None]] = {}
 
     async def authenticate(self, key_digest: bytes) -> Principal | None:
-        """The principal for a key digest, or None if the key is not valid."""
+        """The principal for a key digest, or None if the key is not valid.
+
+        Concurrent misses of one key share one lookup, and a cached key in the last part of
+        its life is looked up again in the background while it still answers: at 64
+        connections, an entry that ran out sent every request arriving until a lookup came
+        back to the pool for a lookup of its own (app/auth/keycache.py)."""
         if self._admin_digest is not None and same_digest(key_digest, self._admin_digest):
             return ADMIN
-        cached = self._keys.get(key_digest)
+        keys = self._keys
+        cached = keys.get(key_digest)
         if cached is not None:
+            if key_digest not in self._lookups and keys.due(key_digest):
+                self._look_up(key_digest)
             return cached
+        if not keys.enabled:
+            # Nothing cached means every request sees the key as of its own arrival: no
+            # joining a lookup that began before it.
+            return await self._find_principal(key_digest, keys.generation, keys.now())
+        lookup = self._lookups.get(key_digest) or self._look_up(key_digest)
+        # Shielded: a caller that goes away (a client that disconnected) leaves the lookup
+        # to the others waiting for it.
+        return await asyncio.shield(lookup)
+
+    def _look_up(self, key_digest: bytes) -> asyncio.Task[Principal | None]:
+        """Start the one lookup of ``key_digest`` that concurrent callers share."""
+        keys = self._keys
+        lookup = asyncio.get_running_loop().create_task(
+            self._find_principal(key_digest, keys.generation, keys.now())
+        )
+        self._lookups[key_digest] = lookup
+
+        def done(task: asyncio.Task[Principal | None]) -> None:
+            if self._lookups.get(key_digest) is task:
+                del self._lookups[key_digest]
+            # A refresh ahead of time nobody waits for may fail (the database away): the
+            # entry then runs out, and the next request looks the key up and is told why.
+            if not task.cancelled() and task.exception() is not None:
+                logger.debug("looking an agent key up failed", exc_info=task.exception())
+
+        lookup.add_done_callback(done)
+        return lookup
+
+    async def _find_principal(
+        self, key_digest: bytes, generation: int, since: float
+    ) -> Principal | None:
         async with self._db.connection() as conn:
             agent = await repo.find_active_agent_by_key_hash(conn, key_digest)
         if agent is None:
+            # A key revoked through another replica stops here at the refresh before its
+            # entry would have run out.
+            self._keys.forget(key_digest, generation=generation)
             return None
         principal = Principal(
             kind="agent", name=agent.name, roles=frozenset(agent.roles), agent_id=agent.agent_id
         )
-        self._keys.put(key_digest, principal)
+        self._keys.put(key_digest, principal, since=since, generation=generation)
         return principal
 
     async def create_agent(self, data: AgentCreate) -> AgentWithKey:
@@ -309,6 +353,10 @@ class AgentService:
         kept agent list needs no call: the agents table announces every change, see
         app/agents/directory.py.)"""
         self._keys.clear()
+        # A lookup begun before the change answers those already waiting for it, and
+        # nobody after: the next miss looks the key up anew (and the old one stores
+        # nothing, ``KeyCache.generation``).
+        self._lookups.clear()
 
     async def _apply_settings(self, conn: Connection, agent: Agent, data: AgentSettings) -> Agent:
         changes = data.model_dump(mode="json", exclude_unset=True)

@@ -115,6 +115,9 @@ class Database:
         self._url = url
         self._settings = settings
         self._pool: asyncpg.Pool[asyncpg.Record] | None = None
+        # Turns at the pool's connections, one per connection, handed out first come, first
+        # served (``connection``).
+        self._turns = asyncio.Semaphore(settings.pool_max_size)
         # What triggers announce (announce_after_commit) is told after the commit.
         self.announcer = Announcer(self._notify)
 
@@ -175,13 +178,34 @@ class Database:
 
     @asynccontextmanager
     async def connection(self) -> AsyncIterator[Connection]:
-        """A pooled connection in autocommit mode; driver errors become domain errors."""
+        """A pooled connection in autocommit mode; driver errors become domain errors.
+
+        Callers get the pool's connections in the order they asked. asyncpg's own queue
+        does not keep that order: a connection given back is promised to the longest
+        waiter, but any caller that asks before that waiter runs takes it, and the waiter
+        queues again at the back. Under load (64 connections, 10 pooled) that is most
+        hand-overs, and a few requests waited several rounds: the 64-connection tails
+        (docs/benchmarks.md, "Read paths and the 64-connection tails"). So a caller first
+        takes a turn, one per pooled connection, from a semaphore (asyncio's hands a
+        released turn to its longest waiter, and a newcomer queues behind waiters), and
+        only then asks the pool, which then always has a connection idle for it."""
         pool = self.pool
-        # An idle connection is handed over without waiting, so the acquire timeout (an
-        # asyncio timer set and cancelled per request) only guards a pool that is in use.
-        timeout = None if pool.get_idle_size() else self._settings.acquire_timeout
+        turns = self._turns
+        if turns.locked():
+            # The acquire timeout (an asyncio timer set and cancelled per use) only guards
+            # a pool that is in use.
+            try:
+                async with asyncio.timeout(self._settings.acquire_timeout):
+                    await turns.acquire()
+            except TimeoutError as exc:
+                mapped = translate(exc)
+                raise (mapped or exc) from exc
+        else:
+            await turns.acquire()
         try:
-            async with pool.acquire(timeout=timeout) as conn:
+            # No timeout here: a turn means a connection is idle (a new one's connect is
+            # bounded by the pool's own ``timeout``).
+            async with pool.acquire() as conn:
                 # What the statements announce reaches the announcer as they are answered,
                 # on behalf of this ``conn`` (``_AnnouncingConnection``).
                 try:
@@ -200,6 +224,9 @@ class Database:
             if mapped is None:
                 raise
             raise mapped from exc
+        finally:
+            # After the connection is back in the pool: the next turn finds it idle.
+            turns.release()
 
     async def _settle(self, conn: Connection) -> None:
         """Wait until the server has answered a statement whose caller was cancelled (a

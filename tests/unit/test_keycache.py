@@ -78,3 +78,39 @@ def test_ttl_zero_keeps_nothing() -> None:
     cache.put(b"a", agent("A"))
     assert cache.get(b"a") is None
     assert len(cache) == 0
+
+
+def test_an_entry_is_due_in_the_last_fifth_of_its_life() -> None:
+    ticks = Ticks()
+    cache = KeyCache(5.0, monotonic=ticks)
+    cache.put(b"k", agent("A"))
+    ticks.now += 3.999
+    assert not cache.due(b"k")
+    ticks.now += 0.001
+    assert cache.due(b"k")
+    ticks.now += 1.0
+    assert not cache.due(b"k")  # run out: a miss, not due
+    assert not cache.due(b"absent")
+
+
+def test_an_entry_ages_from_when_its_lookup_began() -> None:
+    ticks = Ticks()
+    cache = KeyCache(5.0, monotonic=ticks)
+    began = cache.now()
+    ticks.now += 2  # a slow lookup
+    cache.put(b"k", agent("A"), since=began)
+    ticks.now += 3
+    assert cache.get(b"k") is None
+
+
+def test_a_lookup_begun_before_a_clear_stores_nothing() -> None:
+    cache = KeyCache(5.0)
+    cache.put(b"k", agent("A"))
+    generation = cache.generation
+    cache.clear()  # agents changed while the lookups ran
+    cache.put(b"k", agent("old"), generation=generation)
+    cache.forget(b"k", generation=generation)
+    assert cache.get(b"k") is None
+    cache.put(b"k", agent("new"), generation=cache.generation)
+    cache.forget(b"k", generation=generation)  # a stale "gone" does not drop a fresh entry
+    assert cache.get(b"k").name == "new"  # type: ignore[union-attr]
