@@ -23,6 +23,7 @@ from app.memories.schemas import (
     Memory,
     MemoryType,
 )
+from app.webhooks.idempotency import ClaimedWrite, KeyClaim
 
 Q = QUERIES.memories
 
@@ -162,6 +163,50 @@ async def insert_checked_memory(
     if row is None:  # the reference CTE is one row, joined to what was stored
         raise RuntimeError("insert_checked_memory returned no row")
     return _reference(row, "ref_") if row["memory_id"] is None else _memory(row)
+
+
+async def insert_checked_memory_claiming_key(
+    conn: Connection,
+    *,
+    user_id: UUID,
+    session_id: UUID | None,
+    agent_name: str,
+    memory_type: str,
+    category: str | None,
+    content: JsonValue,
+    content_size: int,
+    access_level: str | None,
+    now: datetime,
+    acting_principal: str | None,
+    claim: KeyClaim,
+) -> ClaimedWrite:
+    """A new memory without a key, checked, inserted and audited with the claim of the
+    request's Idempotency-Key and its stored answer, in one statement: what it did."""
+    row = await conn.fetchrow(
+        Q.insert_checked_memory_claiming_key,
+        user_id,
+        session_id,
+        agent_name,
+        memory_type,
+        category,
+        content,
+        content_size,
+        access_level,
+        now,
+        acting_principal,
+        claim.principal,
+        claim.key,
+        claim.endpoint,
+        claim.fingerprint,
+        claim.now,
+        claim.expires_at,
+        claim.owner,
+        claim.lease_expires_at,
+        claim.renewed_before,
+    )
+    if row is None:  # one row, joined to the claim if there was one
+        raise RuntimeError("insert_checked_memory_claiming_key returned no row")
+    return ClaimedWrite(token=row["token"], answer=row["answer"])
 
 
 async def insert_memory(

@@ -50,6 +50,7 @@ from app.memories.schemas import (
 from app.sessions import repository as sessions_repo
 from app.sessions.schemas import Session
 from app.settings import MemorySettings
+from app.webhooks.idempotency import ClaimedWrite, KeyClaim
 
 FALLBACK_CATEGORY = "session_data"
 T = TypeVar("T")
@@ -249,6 +250,34 @@ class MemoryService:
         then = None if before_commit is None else _as_created(before_commit)
         memory = (await self.write([item], principal, batch=False, before_commit=then))[0]
         return memory, True
+
+    async def remember_new_claiming_key(
+        self, item: MemoryWrite, principal: Principal, claim: KeyClaim
+    ) -> ClaimedWrite | None:
+        """A memory without a key (always new), written as ``remember`` writes it, in one
+        statement with the claim of its request's Idempotency-Key and its stored answer
+        (the n8n memory webhook's, ``{"action": "write", "created": true, "memory": …}``).
+        None for a memory that cannot go this way (named, or too large: refused as usual)."""
+        if item.key is not None:
+            return None
+        size = len(orjson.dumps(item.content))
+        if size > self._settings.max_content_bytes:
+            return None
+        async with self._db.connection() as conn:
+            return await repo.insert_checked_memory_claiming_key(
+                conn,
+                user_id=item.user_id,
+                session_id=item.session_id,
+                agent_name=principal.name,
+                memory_type=item.memory_type,
+                category=item.category,
+                content=item.content,
+                content_size=size,
+                access_level=item.access_level,
+                now=self._clock.now(),
+                acting_principal=principal.delegated_by,
+                claim=claim,
+            )
 
     async def delete(self, memory_id: UUID, principal: Principal) -> None:
         """Delete a memory the caller can see (404 otherwise, as for a read)."""

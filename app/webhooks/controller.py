@@ -18,7 +18,7 @@ from app.clock import Clock
 from app.coordination.prefer import parse_prefer
 from app.errors import PROBLEM_JSON
 from app.settings import WebhookSettings
-from app.webhooks.idempotency import IdempotencyService, Seal
+from app.webhooks.idempotency import ClaimingWrite, IdempotencyService, Seal
 from app.webhooks.schemas import CleanupHook, CoordinationHook, MemoryHook
 from app.webhooks.service import WebhookService
 from app.webhooks.signatures import verify_signature
@@ -48,6 +48,7 @@ async def _respond(
     idempotency: IdempotencyService,
     body_key: str | None,
     handler: Callable[[Seal | None], Awaitable[dict[str, Any]]],
+    claiming: ClaimingWrite | None = None,
 ) -> Response[dict[str, Any]]:
     key = request.headers.get("idempotency-key") or body_key
 
@@ -56,7 +57,12 @@ async def _respond(
 
     raw = await request.json()
     stored = await idempotency.run(
-        request.user.name, key, request.url.path, raw if isinstance(raw, dict) else {}, run
+        request.user.name,
+        key,
+        request.url.path,
+        raw if isinstance(raw, dict) else {},
+        run,
+        claiming,
     )
     headers = {"Idempotent-Replayed": "true"} if stored.replayed else {}
     return Response(
@@ -118,6 +124,7 @@ class N8nWebhookController(Controller):
             hooks.idempotency,
             data.idempotency_key,
             lambda seal: hooks.memory(request.user, data, seal),
+            hooks.memory_claiming(request.user, data),
         )
 
     @post(

@@ -18,6 +18,12 @@ the holder: it completes or forgets only its own claim. An effect that is one da
 transaction (a memory write, a coordinator's turn) stores its answer in that transaction
 (``Seal``), so it happens exactly once even when the process dies between the two; other
 effects are at least once across a crash (docs/design.md).
+
+An effect that is one statement (a new memory from the n8n memory webhook) claims its key
+in that statement too (``ClaimingWrite``): the claim, the effect and the answer commit
+together, so its claim is never seen in progress. A repeat meanwhile waits on the key's
+index entry for that statement to end (a round trip, not an agent call), then is answered
+with what it stored, or claims the key itself if the statement rolled back.
 """
 
 from __future__ import annotations
@@ -28,7 +34,7 @@ import hashlib
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
 
@@ -64,6 +70,38 @@ RENEWAL_GRACE = timedelta(seconds=2.5)
 # the effect and the answer commit together. Raises Conflict if the key was taken over
 # meanwhile, which rolls the effect back.
 Seal = Callable[[Connection, dict[str, Any]], Awaitable[None]]
+
+
+@dataclass(frozen=True, slots=True)
+class KeyClaim:
+    """What a write needs to claim its request's key in its own statement, as
+    ``claim_idempotency_key`` does (a write that can: ``ClaimingWrite``)."""
+
+    principal: str
+    key: str
+    endpoint: str
+    fingerprint: bytes
+    now: datetime
+    expires_at: datetime
+    owner: str | None
+    lease_expires_at: datetime
+    renewed_before: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimedWrite:
+    """What a ``ClaimingWrite`` did: claimed the key (``token``) and, if it also made its
+    change, stored its 200 ``answer`` in the same commit; no token: the key was not claimed
+    (answered, held by a live request, or used for another request)."""
+
+    token: UUID | None
+    answer: dict[str, Any] | None
+
+
+# A write that claims its key, makes its change and stores its answer in one statement
+# (one round trip, atomic without a transaction): its outcome, or None when this request
+# cannot be written so (it is then claimed and run as any other).
+ClaimingWrite = Callable[[KeyClaim], Awaitable[ClaimedWrite | None]]
 
 
 def worth_retrying(status: int) -> bool:
@@ -157,9 +195,12 @@ class IdempotencyService:
         endpoint: str,
         body: dict[str, Any],
         handler: Callable[[Seal | None], Awaitable[tuple[int, dict[str, Any]]]],
+        claiming: ClaimingWrite | None = None,
     ) -> StoredResponse:
         """Run ``handler`` (or replay its stored response) under ``key``. The handler gets
-        a ``Seal`` (None without a key) to store its answer with its effect."""
+        a ``Seal`` (None without a key) to store its answer with its effect. ``claiming``,
+        if given, is tried first: the claim, the change and its answer in one statement; the
+        handler then runs only if that claimed the key without writing."""
         if key is None:
             status, payload = await handler(None)
             return StoredResponse(status, payload, replayed=False, problem=False)
@@ -169,7 +210,11 @@ class IdempotencyService:
                 errors=[{"field": "idempotency_key", "message": "1 to 255 characters"}],
             )
         fingerprint = request_hash(endpoint, body)
-        claimed = await self._claim(principal, key, endpoint, fingerprint)
+        claimed: Claim | StoredResponse | None = None
+        if claiming is not None:
+            claimed = await self._write_claiming(principal, key, endpoint, fingerprint, claiming)
+        if claimed is None:
+            claimed = await self._claim(principal, key, endpoint, fingerprint)
         if isinstance(claimed, StoredResponse):
             return claimed
         claim = claimed
@@ -219,12 +264,26 @@ class IdempotencyService:
             )
         return StoredResponse(status, payload, replayed=False, problem=problem)
 
+    def _key_claim(self, principal: str, key: str, endpoint: str, fingerprint: bytes) -> KeyClaim:
+        """The claim this request makes on its key, now."""
+        now = self._clock.now()
+        return KeyClaim(
+            principal=principal,
+            key=key,
+            endpoint=endpoint,
+            fingerprint=fingerprint,
+            now=now,
+            expires_at=now + self._ttl,
+            owner=self._presence.owner if self._presence is not None else None,
+            lease_expires_at=now + self._lease,
+            renewed_before=now - RENEWAL_GRACE,
+        )
+
     async def _claim(
         self, principal: str, key: str, endpoint: str, fingerprint: bytes
     ) -> Claim | StoredResponse:
         for _ in range(3):
-            now = self._clock.now()
-            owner = self._presence.owner if self._presence is not None else None
+            wanted = self._key_claim(principal, key, endpoint, fingerprint)
             # The common cases are one statement: a key never seen, an expired one, one whose
             # holder is gone. Only a refusal needs a look at what holds the key.
             async with self._db.connection() as conn:
@@ -234,33 +293,69 @@ class IdempotencyService:
                     key,
                     endpoint,
                     fingerprint,
-                    now,
-                    now + self._ttl,
-                    owner,
-                    now + self._lease,
-                    now - RENEWAL_GRACE,
+                    wanted.now,
+                    wanted.expires_at,
+                    wanted.owner,
+                    wanted.lease_expires_at,
+                    wanted.renewed_before,
                 )
                 if token is not None:
                     return Claim(principal, key, token)
-                existing = await repo.get_key(conn, principal, key)
-            if existing is None:
-                continue  # forgotten between the two statements: claim again
-            if existing.endpoint != endpoint or existing.request_hash != fingerprint:
-                raise ValidationFailed(
-                    "This Idempotency-Key was used for a different request; use a new key "
-                    "for a new request.",
-                    errors=[{"field": "idempotency_key", "message": "reused with another body"}],
-                )
-            if existing.status == "completed" and existing.response_status is not None:
-                status = existing.response_status
-                return StoredResponse(
-                    status, existing.response_body, replayed=True, problem=status >= 400
-                )
-            raise RequestInProgress(
-                "A request with this Idempotency-Key is still being processed; retry shortly.",
-                retry_after=RETRY_AFTER_SECONDS,
-            )
+                existing = await self._held_by_another(conn, principal, key, endpoint, fingerprint)
+            if existing is not None:
+                return existing
         raise Conflict("Could not claim the Idempotency-Key; retry.", retryable=True)
+
+    async def _write_claiming(
+        self,
+        principal: str,
+        key: str,
+        endpoint: str,
+        fingerprint: bytes,
+        claiming: ClaimingWrite,
+    ) -> Claim | StoredResponse | None:
+        """The claim, the change and its answer in one statement: the answer when it wrote;
+        the claim when it claimed without writing (the handler runs under it); a stored
+        answer or a refusal when another request has the key; None when this request cannot
+        be written so."""
+        for _ in range(3):
+            outcome = await claiming(self._key_claim(principal, key, endpoint, fingerprint))
+            if outcome is None:
+                return None
+            if outcome.answer is not None:
+                return StoredResponse(200, outcome.answer, replayed=False, problem=False)
+            if outcome.token is not None:
+                return Claim(principal, key, outcome.token)
+            async with self._db.connection() as conn:
+                existing = await self._held_by_another(conn, principal, key, endpoint, fingerprint)
+            if existing is not None:
+                return existing
+        raise Conflict("Could not claim the Idempotency-Key; retry.", retryable=True)
+
+    async def _held_by_another(
+        self, conn: Connection, principal: str, key: str, endpoint: str, fingerprint: bytes
+    ) -> StoredResponse | None:
+        """Why the key could not be claimed: its stored answer (replayed), or a refusal (422:
+        another request's key; 409: still in progress). None: it was forgotten meanwhile, so
+        the claim may be tried again."""
+        existing = await repo.get_key(conn, principal, key)
+        if existing is None:
+            return None
+        if existing.endpoint != endpoint or existing.request_hash != fingerprint:
+            raise ValidationFailed(
+                "This Idempotency-Key was used for a different request; use a new key "
+                "for a new request.",
+                errors=[{"field": "idempotency_key", "message": "reused with another body"}],
+            )
+        if existing.status == "completed" and existing.response_status is not None:
+            status = existing.response_status
+            return StoredResponse(
+                status, existing.response_body, replayed=True, problem=status >= 400
+            )
+        raise RequestInProgress(
+            "A request with this Idempotency-Key is still being processed; retry shortly.",
+            retry_after=RETRY_AFTER_SECONDS,
+        )
 
     async def _forget(self, claim: Claim) -> None:
         async with self._db.connection() as conn:

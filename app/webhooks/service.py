@@ -15,7 +15,7 @@ from app.coordination.prefer import WaitPreference
 from app.coordination.schemas import MessageAccepted, MessageRequest, MessageResult
 from app.coordination.service import CoordinationService
 from app.db.pool import BeforeCommit, Connection, Database
-from app.errors import CleanupFailed, Forbidden, NotFound, ValidationFailed
+from app.errors import CleanupFailed, Forbidden, NotFound, SwitchboardError, ValidationFailed
 from app.jobs.service import JobService
 from app.jobs.table import JOBS
 from app.memories.repository import MemoryFilter
@@ -25,7 +25,13 @@ from app.sessions.schemas import Session, SessionCreate, SessionState
 from app.sessions.service import SessionService
 from app.users.service import UserService
 from app.webhooks import repository as repo
-from app.webhooks.idempotency import IdempotencyService, Seal
+from app.webhooks.idempotency import (
+    ClaimedWrite,
+    ClaimingWrite,
+    IdempotencyService,
+    KeyClaim,
+    Seal,
+)
 from app.webhooks.schemas import MemoryHook
 
 T = TypeVar("T")
@@ -210,6 +216,22 @@ class WebhookService:
             "count": len(page.items),
             "next_cursor": page.next_cursor,
         }
+
+    def memory_claiming(self, principal: Principal, data: MemoryHook) -> ClaimingWrite | None:
+        """The write of a new memory (no key) as one statement that claims the request's
+        Idempotency-Key and stores its answer with it (``IdempotencyService.run``); None
+        for reads, queries and named memories, which are claimed first and run as usual."""
+        if data.action != "write" or data.key is not None:
+            return None
+
+        async def write(claim: KeyClaim) -> ClaimedWrite | None:
+            try:
+                acting = await self._acting_for(principal, data.agent_name)
+            except SwitchboardError:
+                return None  # claimed first, so the refusal is stored under the key
+            return await self._memories.remember_new_claiming_key(data.write(), acting, claim)
+
+        return write
 
     async def cleanup(self, job: str, dry_run: bool) -> dict[str, Any]:
         """Run one job (or all) now; per-job counts. Who may is the route's guard

@@ -91,6 +91,8 @@ SELECT * FROM stored
 -- from them (or, if they pass, the key is taken). $1 user, $2 session or NULL, $3 the
 -- writer (the owner), $4 type, $5 category or NULL, $6 key, $7 content, $8 content size,
 -- $9 access level or NULL, $10 now, $11 acting principal.
+-- insert_checked_memory_claiming_key (below) makes the same checks: a change here goes
+-- there too.
 WITH ref AS MATERIALIZED (
     SELECT * FROM memory_write_reference(ARRAY[$1::uuid], ARRAY[$2::uuid])
 ), stored AS (
@@ -118,6 +120,121 @@ WITH ref AS MATERIALIZED (
 SELECT r.types AS ref_types, r.categories AS ref_categories, r.levels AS ref_levels,
        r.users AS ref_users, r.session_owners AS ref_session_owners, s.*
 FROM ref r LEFT JOIN stored s ON true
+
+-- name: insert_checked_memory_claiming_key
+-- The n8n memory webhook's write of a new memory without a key, under an Idempotency-Key,
+-- in one statement (one round trip, atomic without a transaction): the key claimed; then,
+-- only if it was claimed and the memory passes insert_checked_memory's checks (the same
+-- reference data and conditions, kept in step with it), the memory inserted with its
+-- audit row and the key completed with the webhook's answer, all in one commit.
+-- Its own statement, not insert_checked_memory's plan: the claim gates the insert, and the
+-- answer stored with the claim is built from the planned row (a sibling statement of a
+-- WITH cannot see, or change, another's rows), so the insert takes every value from the
+-- plan. Without a key a memory never conflicts on (user_id, category, key): the checks
+-- passed, the insert is made. The answer is the API's JSON of the memory (app/webhooks/
+-- service.py, _written): every column, the times as msgspec writes them ("Z", the
+-- microseconds only when there are some); test_webhooks.py holds it to GET's answer.
+-- The claim is claim_idempotency_key's (sql/queries/webhooks.sql), the same conflict
+-- rule: a key never seen, expired, or held for this same request by a holder that is gone.
+-- A live holder's uncommitted claim (another such statement) makes this one wait on the
+-- key's index entry until it ends, then see what it committed. No claim: no token back.
+-- Claimed but nothing written (the checks refused): the key is left in progress under the
+-- token, without an answer; the caller then writes (or refuses) as it would have.
+-- $1 user, $2 session or NULL, $3 the writer, $4 type, $5 category or NULL, $6 content,
+-- $7 content size, $8 access level or NULL, $9 now, $10 acting principal; the claim:
+-- $11 principal, $12 key, $13 endpoint, $14 request hash, $15 now, $16 the key's expiry,
+-- $17 lease owner, $18 lease expiry, $19 renewed before (as claim_idempotency_key's $9).
+WITH ref AS MATERIALIZED (
+    SELECT
+        (SELECT coalesce(jsonb_object_agg(name, default_category), '{}') FROM memory_types)
+            AS types,
+        (SELECT coalesce(jsonb_object_agg(name, default_access_level), '{}')
+         FROM memory_categories) AS categories,
+        (SELECT coalesce(array_agg(level ORDER BY level), '{}') FROM memory_access_levels)
+            AS levels,
+        (SELECT coalesce(array_agg(id), '{}') FROM users WHERE id = $1::uuid) AS users,
+        (SELECT coalesce(jsonb_object_agg(session_id, user_id), '{}')
+         FROM session_coordination WHERE session_id = $2::uuid) AS session_owners
+), planned AS MATERIALIZED (
+    -- The memories row to insert, column for column.
+    SELECT uuid_generate_v7() AS memory_id, $1::uuid AS user_id, $2::uuid AS session_id,
+           $3::text AS agent_name, $4::text AS memory_type, c.name AS category,
+           NULL::text AS key, $6::jsonb AS content, $7::integer AS content_size,
+           coalesce($8::text, c.default_access_level) AS access_level, 1::bigint AS version,
+           $9::timestamptz AS created_at, $9::timestamptz AS updated_at,
+           $9::timestamptz + c.retention AS expires_at
+    FROM ref r
+    JOIN memory_categories c
+      ON c.name = coalesce(nullif($5::text, ''), r.types ->> $4::text, 'session_data')
+    WHERE r.types ? $4::text
+      AND ($8::text IS NULL OR $8::text = ANY(r.levels))
+      AND cardinality(r.users) = 1
+      AND ($2::uuid IS NULL OR r.session_owners ->> $2::text = $1::text)
+), answer AS (
+    SELECT jsonb_build_object(
+        'action', 'write',
+        'created', true,
+        'memory', to_jsonb(p) || (
+            SELECT jsonb_object_agg(
+                t.name,
+                to_char(t.at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS')
+                    || CASE WHEN to_char(t.at AT TIME ZONE 'UTC', 'US') = '000000' THEN ''
+                            ELSE to_char(t.at AT TIME ZONE 'UTC', '.US') END
+                    || 'Z'
+            )
+            FROM (VALUES ('created_at', p.created_at), ('updated_at', p.updated_at),
+                         ('expires_at', p.expires_at)) AS t (name, at)
+        )
+    ) AS body
+    FROM planned p
+), claimed AS (
+    INSERT INTO idempotency_keys AS k
+        (principal, key, endpoint, request_hash, status, response_status, response_body,
+         created_at, expires_at, lease_owner, lease_token, lease_expires_at, lease_renewed_at)
+    SELECT $11, $12, $13, $14,
+           CASE WHEN a.body IS NULL THEN 'in_progress' ELSE 'completed' END,
+           CASE WHEN a.body IS NULL THEN NULL ELSE 200 END, a.body,
+           $15, $16, $17, gen_random_uuid(), $18, $15
+    FROM (SELECT 1) AS one LEFT JOIN answer a ON true
+    ON CONFLICT (principal, key) DO UPDATE
+    SET endpoint = excluded.endpoint,
+        request_hash = excluded.request_hash,
+        status = excluded.status,
+        response_status = excluded.response_status,
+        response_body = excluded.response_body,
+        created_at = excluded.created_at,
+        expires_at = excluded.expires_at,
+        lease_owner = excluded.lease_owner,
+        lease_token = excluded.lease_token,
+        lease_expires_at = excluded.lease_expires_at,
+        lease_renewed_at = excluded.lease_renewed_at
+    WHERE k.expires_at <= excluded.created_at
+       OR (k.status = 'in_progress'
+           AND k.endpoint = excluded.endpoint
+           AND k.request_hash = excluded.request_hash
+           AND (k.lease_expires_at <= excluded.created_at
+                OR (k.lease_owner IS NOT NULL
+                    AND k.lease_renewed_at <= $19
+                    AND NOT replica_is_present(k.lease_owner))))
+    RETURNING status, lease_token, response_body
+), stored AS (
+    INSERT INTO memories (
+        memory_id, user_id, session_id, agent_name, memory_type, category, key, content,
+        content_size, access_level, version, created_at, updated_at, expires_at
+    )
+    SELECT p.memory_id, p.user_id, p.session_id, p.agent_name, p.memory_type, p.category,
+           p.key, p.content, p.content_size, p.access_level, p.version, p.created_at,
+           p.updated_at, p.expires_at
+    FROM planned p JOIN claimed c ON c.status = 'completed'
+    RETURNING memory_id
+), logged AS (
+    INSERT INTO memory_access_log (
+        agent_name, acting_principal, action, memory_id, query, allowed, rows, at
+    )
+    SELECT $3, $10, 'write', memory_id, NULL, true, 1, $9::timestamptz FROM stored
+)
+SELECT c.lease_token AS token, c.response_body AS answer
+FROM (SELECT 1) AS one LEFT JOIN claimed c ON true
 
 -- name: lock_memory_by_key
 -- The named memory, row-locked, if it is live and the caller may read it: for anyone else

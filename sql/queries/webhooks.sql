@@ -11,6 +11,8 @@
 -- owner (written before leases, or while its replica had lost its presence connection)
 -- waits for its lease alone. No row back: the key is held by a live request, or answered
 -- (replay it), or used for a different request.
+-- The memory webhook's one-statement write (insert_checked_memory_claiming_key,
+-- memories.sql) claims with the same ON CONFLICT rule: a change here goes there too.
 INSERT INTO idempotency_keys AS k
     (principal, key, endpoint, request_hash, status, created_at, expires_at,
      lease_owner, lease_token, lease_expires_at, lease_renewed_at)

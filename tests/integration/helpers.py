@@ -118,8 +118,10 @@ async def eventually(
 async def drop_the_connection_at_the_seal(database_url: str, key_like: str) -> None:
     """The first time an Idempotency-Key matching ``key_like`` (SQL LIKE) gets its answer
     stored, PostgreSQL ends the connection storing it, inside that statement: what a lost
-    connection or a crash at the seal does to its transaction. Once: a sequence counts
-    (nextval is not rolled back with the transaction it dies in)."""
+    connection or a crash at the seal does to its transaction. The seal is an UPDATE of
+    the claim, or the claim itself inserted completed (the memory webhook's one-statement
+    write). Once: a sequence counts (nextval is not rolled back with the transaction it
+    dies in)."""
     conn = await asyncpg.connect(database_url)
     try:
         await conn.execute(
@@ -136,8 +138,8 @@ async def drop_the_connection_at_the_seal(database_url: str, key_like: str) -> N
               END IF;
               RETURN NEW;
             END $$;
-            CREATE TRIGGER drop_at_seal BEFORE UPDATE ON idempotency_keys FOR EACH ROW
-              WHEN (NEW.status = 'completed') EXECUTE FUNCTION drop_at_seal();
+            CREATE TRIGGER drop_at_seal BEFORE INSERT OR UPDATE ON idempotency_keys
+              FOR EACH ROW WHEN (NEW.status = 'completed') EXECUTE FUNCTION drop_at_seal();
             """
         )
         await conn.execute("INSERT INTO seal_drop_keys VALUES ($1)", key_like)

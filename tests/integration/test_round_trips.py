@@ -89,8 +89,10 @@ EXPECTED = {
     "PATCH session": 2,
     # Checks and INSERT with its audit row in one statement.
     "POST memory": 1,
-    # The key's claim; then, in one transaction, the write and its sealed answer.
-    "webhook memory": 5,
+    # The key's claim, the memory with its audit row and the stored answer in one statement
+    # (a new memory without a key; a named one claims first, then writes and seals in a
+    # transaction: 5).
+    "webhook memory": 1,
     # Session read; next-step counters; the UPDATE with its decision row (the agents are
     # kept per replica until a change is announced, app/agents/directory.py; the A2A task
     # awaiting input is looked for only when an enabled agent speaks A2A).

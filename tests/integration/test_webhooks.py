@@ -6,7 +6,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import time
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import asyncpg
@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from app.asgi import create_app
-from app.clock import SystemClock
+from app.clock import FrozenClock, SystemClock
 from app.db.pool import Database
 from app.errors import (
     Conflict,
@@ -573,3 +573,57 @@ async def test_a_replayed_memory_write_is_the_first_answer_to_the_byte(
     assert second.headers["idempotent-replayed"] == "true"
     assert first.json()["memory"]["created_at"].endswith("Z")
     assert second.json() == first.json()
+
+
+async def test_a_memory_write_answers_with_the_memory_as_the_api_shows_it(
+    settings: Settings, database_url: str
+) -> None:
+    """A new memory's answer is built by the statement that writes it (with the claim of
+    its Idempotency-Key): it must be the memory as the API writes it everywhere else, field
+    for field, the times in the API's form with or without microseconds."""
+    clock = FrozenClock(datetime(2026, 11, 1, 12, 0, tzinfo=UTC))
+    app = create_app(
+        settings,
+        database_url=database_url,
+        admin_key=ADMIN_KEY,
+        clock=clock,
+        run_scheduler=False,
+        run_worker=False,
+    )
+    async with lifespan_of(app), app_client(app, {"Authorization": f"Bearer {ADMIN_KEY}"}) as c:
+        user = await create_user(c)
+        for n, at in enumerate(
+            (
+                datetime(2026, 11, 1, 12, 0, tzinfo=UTC),  # whole seconds: no fraction
+                datetime(2026, 11, 1, 12, 0, 1, 120000, tzinfo=UTC),
+            )
+        ):
+            clock.set(at)
+            for category in (None, "user_profile"):  # a retention, and none (permanent)
+                write = {
+                    "user_id": user,
+                    "agent_name": "Collect_Create_Data_Agent",
+                    "memory_type": "data_collection",
+                    "memory_content": {"n": n, "nested": [1.5, {"b": None, "a": "x"}]},
+                    **({"category": category} if category else {}),
+                }
+                keyed = await c.post(
+                    "/webhooks/n8n/memory",
+                    json=write,
+                    headers={"Idempotency-Key": f"{n}{category}"},
+                )
+                unkeyed = await c.post("/webhooks/n8n/memory", json=write)
+                assert keyed.status_code == unkeyed.status_code == 200, keyed.text
+                memory = keyed.json()["memory"]
+                shown = await c.get(f"/v1/memories/{memory['memory_id']}")
+                assert shown.status_code == 200, shown.text
+                assert memory == shown.json()
+                assert {k: v for k, v in keyed.json().items() if k != "memory"} == {
+                    "action": "write",
+                    "created": True,
+                }
+                # The answer built in Python (no key) has the same fields and form.
+                other = unkeyed.json()["memory"]
+                assert other.keys() == memory.keys()
+                assert other["created_at"] == memory["created_at"]
+                assert other["expires_at"] == memory["expires_at"]
