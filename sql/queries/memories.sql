@@ -125,7 +125,7 @@ FROM ref r LEFT JOIN stored s ON true
 -- The n8n memory webhook's write of a new memory without a key, under an Idempotency-Key,
 -- in one statement (one round trip, atomic without a transaction): the key claimed; then,
 -- only if it was claimed and the memory passes insert_checked_memory's checks (the same
--- reference data and conditions, kept in step with it), the memory inserted with its
+-- reference data, memory_write_reference in schema.sql, and conditions, kept in step with it), the memory inserted with its
 -- audit row and the key completed with the webhook's answer, all in one commit.
 -- Its own statement, not insert_checked_memory's plan: the claim gates the insert, and the
 -- answer stored with the claim is built from the planned row (a sibling statement of a
@@ -145,16 +145,7 @@ FROM ref r LEFT JOIN stored s ON true
 -- $11 principal, $12 key, $13 endpoint, $14 request hash, $15 now, $16 the key's expiry,
 -- $17 lease owner, $18 lease expiry, $19 renewed before (as claim_idempotency_key's $9).
 WITH ref AS MATERIALIZED (
-    SELECT
-        (SELECT coalesce(jsonb_object_agg(name, default_category), '{}') FROM memory_types)
-            AS types,
-        (SELECT coalesce(jsonb_object_agg(name, default_access_level), '{}')
-         FROM memory_categories) AS categories,
-        (SELECT coalesce(array_agg(level ORDER BY level), '{}') FROM memory_access_levels)
-            AS levels,
-        (SELECT coalesce(array_agg(id), '{}') FROM users WHERE id = $1::uuid) AS users,
-        (SELECT coalesce(jsonb_object_agg(session_id, user_id), '{}')
-         FROM session_coordination WHERE session_id = $2::uuid) AS session_owners
+    SELECT * FROM memory_write_reference(ARRAY[$1::uuid], ARRAY[$2::uuid])
 ), planned AS MATERIALIZED (
     -- The memories row to insert, column for column.
     SELECT uuid_generate_v7() AS memory_id, $1::uuid AS user_id, $2::uuid AS session_id,
