@@ -19,6 +19,7 @@ from tests.integration.helpers import (
     assert_problem,
     create_session,
     if_match,
+    store_content_a_rule_now_refuses,
 )
 
 INVALID = "The session after this patch is not valid."
@@ -481,3 +482,39 @@ async def test_nesting_up_to_the_limit_inside_stored_objects_is_stored(
     assert again.json()["session_state"]["agent_outputs"]["plan"]["deeper"] == nested(
         MAX_JSON_DEPTH - 4
     )
+
+
+async def test_content_stored_before_a_rule_tightened_is_carried_until_a_patch_touches_it(
+    client: httpx.AsyncClient, database_url: str
+) -> None:
+    """A pending action an older version stored (a 5,000-character description) does not
+    refuse a PATCH of something else; a PATCH that touches the pending actions is
+    validated, and a 422 names the stored field."""
+    session = await create_session(client, **STORED)
+    sid = session["session_id"]
+    url = f"/v1/sessions/{sid}"
+    await store_content_a_rule_now_refuses(database_url, sid)
+    stored_actions = (await stored_content(database_url, sid))["state"]["pending_actions"]
+
+    other = await client.patch(
+        url,
+        json={"priority": "low", "session_state": {"agent_outputs": {"x": 1}}},
+        headers=if_match(1),
+    )
+    assert other.status_code == 200, other.text
+    assert (await stored_content(database_url, sid))["state"]["pending_actions"] == stored_actions
+
+    touching = await client.patch(
+        url, json={"session_state": {"pending_actions": stored_actions}}, headers=if_match(2)
+    )
+    body = assert_problem(touching, 422)
+    assert body["errors"] == [
+        {
+            "field": "session_state.pending_actions.0.description",
+            "message": "String should have at most 4000 characters",
+        }
+    ]
+    repaired = await client.patch(
+        url, json={"session_state": {"pending_actions": []}}, headers=if_match(2)
+    )
+    assert repaired.status_code == 200, repaired.text
