@@ -8,7 +8,8 @@ it writes), so a PATCH validates what it changes and carries the rest as stored:
 - of ``session_state`` and ``coordination_metadata``, each member the patch names, with the
   value it has after the patch (the stored value merged with the patch's), through the same
   models: a model holding only those members (every other member has a default), so a field
-  is checked by exactly the rule that checked it in the whole;
+  is checked by exactly the rule that checked it in the whole; of ``agent_outputs`` (free
+  JSON: a key is valid whatever the others hold) only the keys the patch names;
 - the nesting limit of ``session_state`` on the patch alone: a value the patch does not
   reach is where it was stored, within the limit, and every object of the patch is an
   object of the result at the same depth, so the result is too deep exactly when the
@@ -36,10 +37,12 @@ from app.errors import Conflict, ValidationFailed
 from app.sessions.schemas import (
     CLOSED_STATUSES,
     DEPTH_CHECKED,
+    CoordinationMetadata,
     PatchedContent,
     Session,
     SessionContent,
     SessionEditable,
+    SessionState,
     WrittenContent,
 )
 from app.sessions.sequence import AgentSequence
@@ -49,6 +52,14 @@ from app.sessions.state import evolve, merge_patch, resolve_mirrored
 _OWN_FIELDS: Final = ("progress_percentage", "priority", "current_agent", "preserve", "status")
 _CONTEXT: Final = {DEPTH_CHECKED: True}
 _WHAT: Final = "session after this patch"
+# Members that are free-form JSON objects (``dict[str, Any]``): a key is valid whatever the
+# others hold, so only the keys a patch names are validated (and their nesting, above).
+_OPEN_OBJECTS: Final = frozenset(
+    name
+    for model in (SessionState, CoordinationMetadata)
+    for name, field in model.model_fields.items()
+    if field.annotation == dict[str, Any]
+)
 
 
 def patched(current: Session, patch: dict[str, Any]) -> WrittenContent:
@@ -128,8 +139,8 @@ def _validated_where_touched(
     state: dict[str, Any] = merged["session_state"]
     metadata: dict[str, Any] = merged["coordination_metadata"]
     touched: dict[str, Any] = {k: merged[k] for k in _OWN_FIELDS if k in merged}
-    touched["session_state"] = {k: state[k] for k in state_patch if k in state}
-    touched["coordination_metadata"] = {k: metadata[k] for k in metadata_patch if k in metadata}
+    touched["session_state"] = _named(state, state_patch)
+    touched["coordination_metadata"] = _named(metadata, metadata_patch)
     try:
         editable = strictly(SessionEditable, touched, context=_CONTEXT)
     except (ValidationError, ValidationFailed):
@@ -151,14 +162,33 @@ def _validated_where_touched(
     )
 
 
+def _named(merged: dict[str, Any], member_patch: dict[str, Any]) -> dict[str, Any]:
+    """The members the patch names, with their values after it; of an open object the
+    patch merges into (``agent_outputs``), only the keys it names."""
+    named: dict[str, Any] = {}
+    for key, inner in member_patch.items():
+        if key not in merged:
+            continue  # removed: its default
+        value = merged[key]
+        if key in _OPEN_OBJECTS and isinstance(inner, dict) and isinstance(value, dict):
+            value = {k: value[k] for k in inner if k in value}
+        named[key] = value
+    return named
+
+
 def _stored_form(
     merged: dict[str, Any], member_patch: dict[str, Any], typed: BaseModel, mirror: str
 ) -> dict[str, Any]:
     """A member's storage form: the members the patch did not name as they were stored,
-    the ones it named (removed ones too: their defaults) as their model dumps them; the
-    mirrored copy left out."""
+    the ones it named (removed ones too: their defaults) as their model dumps them (an
+    open object the patch merged into: as merged, its values need no dump); the mirrored
+    copy left out."""
     stored = {k: v for k, v in merged.items() if k != mirror}
-    named = member_patch.keys() - {mirror}
-    if named:
-        stored.update(typed.model_dump(mode="json", include=named))
+    dumped = {
+        key
+        for key, inner in member_patch.items()
+        if key != mirror and not (key in _OPEN_OBJECTS and isinstance(inner, dict))
+    }
+    if dumped:
+        stored.update(typed.model_dump(mode="json", include=dumped))
     return stored

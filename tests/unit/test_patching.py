@@ -249,6 +249,9 @@ def test_a_patch_of_a_member_takes_the_lean_path_and_carries_the_rest() -> None:
     content = patched(current, {"session_state": {"agent_outputs": {"bench": 1}}})
     assert isinstance(content, PatchedContent)
     assert content.session_state["pending_actions"] is current.session_state["pending_actions"]
+    outputs = content.session_state["agent_outputs"]
+    assert outputs["plan"] is current.session_state["agent_outputs"]["plan"]
+    assert outputs["bench"] == 1
     assert (
         content.coordination_metadata["resource_requirements"]
         is (current.coordination_metadata["resource_requirements"])
