@@ -1022,6 +1022,10 @@ def run(
         "machine": machine(url),
     }
     out = ROOT / "bench" / "results" / f"{started:%Y-%m-%d}{'-quick' if args.quick else ''}.json"
+    if not args.quick and out.exists():
+        # A second record on one day is named by its start time: it must not overwrite
+        # the first, which the docs may quote.
+        out = out.with_name(f"{started:%Y-%m-%dT%H-%M}.json")
     partial = out.with_suffix(".partial.json")
     failed: list[str] = []
     for part in args.only or list(measures):

@@ -264,9 +264,13 @@ class EventHub:
         self._numbering = self._numbering_next
         self._numbering_next = None
         batch = self._settings.batch
+        # Each batch resumes where the one before it ended, so a run reads the entries of
+        # the events it numbered once (revision 0036); what commits behind that key during
+        # the run is numbered by the next run, which the commit's announcement starts.
+        after: repo.NumberingKey | None = None
         while True:
             async with self._db.transaction() as conn:
-                numbered = await repo.sequence_events(conn, batch)
+                numbered, after = await repo.sequence_events(conn, batch, after)
             if numbered < batch:
                 return
 

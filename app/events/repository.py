@@ -134,10 +134,23 @@ async def insert_event(conn: Connection, event: NewEvent, now: datetime) -> UUID
 # -- event streams ---------------------------------------------------------------------
 
 
-async def sequence_events(conn: Connection, batch: int) -> int:
-    """Number up to ``batch`` committed events that have no position yet; how many. Call
-    it in a transaction of its own: the numbering's turn lasts until that commits."""
-    return int(await conn.fetchval(Q.sequence_events, batch))
+# Where a numbering batch ended: the (created_at, event_id) of the last event it numbered.
+NumberingKey = tuple[datetime, UUID]
+
+
+async def sequence_events(
+    conn: Connection, batch: int, after: NumberingKey | None = None
+) -> tuple[int, NumberingKey | None]:
+    """Number up to ``batch`` committed events that have no position yet, oldest first and
+    after ``after`` (None: from the oldest); how many, and the key to pass the next batch of
+    the same run (None if there was nothing to number). Call it in a transaction of its own:
+    the numbering's turn lasts until that commits."""
+    created, event_id = after if after is not None else (None, None)
+    row = await conn.fetchrow(Q.sequence_events, batch, created, event_id)
+    if row is None:  # a function with OUT parameters returns one row, always
+        raise RuntimeError("outbox_sequence_from() returned no row")
+    key = None if row["last_event"] is None else (row["last_created"], row["last_event"])
+    return int(row["numbered"]), key
 
 
 async def last_position(conn: Connection) -> int:

@@ -107,9 +107,11 @@ RETURNING event_id
 -- "position > N" resumes without loss or repetition.
 
 -- name: sequence_events
--- Number up to $1 committed events that have no position yet; how many. Its own
--- transaction: the numbering's turn (an advisory lock) lasts until it commits.
-SELECT outbox_sequence($1)
+-- Number up to $1 committed events that have no position yet, after the key ($2 created_at,
+-- $3 event_id; NULLs: from the oldest) where the run's previous batch ended: how many, and
+-- the key of the last one. Its own transaction: the numbering's turn (an advisory lock)
+-- lasts until it commits.
+SELECT numbered, last_created, last_event FROM outbox_sequence_from($1, $2, $3)
 
 -- name: last_position
 -- The newest numbered event's position (0: none); where a new hub and a stream "from now"

@@ -211,6 +211,7 @@ async def test_upgrade_head_builds_exactly_schema_sql(server_url: str) -> None:
         "outbox_events_settled",
         "outbox_fan_out",
         "outbox_sequence",
+        "outbox_sequence_from",
         "outbox_sequence_lock",
         "replica_is_present",
         "replica_lock_space",
