@@ -14,7 +14,7 @@ from app.db.pool import Connection
 from app.db.queries import QUERIES
 from app.events.schemas import NewEvent
 from app.sessions.repository import document_fields, version_fields
-from app.sessions.schemas import SessionContent
+from app.sessions.schemas import WrittenContent
 from app.sessions.state import storage_json
 
 Q = QUERIES.branches
@@ -82,7 +82,7 @@ async def lock_branch(conn: Connection, session_id: UUID, name: str) -> Branch |
 async def update_branch_content(
     conn: Connection,
     branch: Branch,
-    content: SessionContent,
+    content: WrittenContent,
     changed_by: str,
     change_reason: str,
     now: datetime,

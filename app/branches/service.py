@@ -45,8 +45,9 @@ from app.memories.branch_service import (
 )
 from app.sessions import repository as sessions_repo
 from app.sessions.merge import Choice, MergeConflict, MergeResult, resolve
-from app.sessions.schemas import Session, SessionContent, SessionVersion
-from app.sessions.service import Mutation, patched, require_open
+from app.sessions.patching import patched
+from app.sessions.schemas import Session, SessionVersion, WrittenContent
+from app.sessions.service import Mutation, require_open
 from app.sessions.state import (
     DOCUMENT_FIELDS,
     PATCHABLE,
@@ -430,7 +431,7 @@ class BranchService:
             lambda conn: repo.count_idle(conn, before),
         )
 
-    def _bounded(self, content: SessionContent) -> SessionContent:
+    def _bounded(self, content: WrittenContent) -> WrittenContent:
         return keep_last_executions(content, self._settings.agent_sequence_limit)
 
 

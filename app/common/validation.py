@@ -139,19 +139,20 @@ def field_errors(exc: ValidationError, prefix: str = "") -> list[dict[str, str]]
     return errors
 
 
-def strictly(model: type[M], data: Any) -> M:
-    """``data`` (decoded JSON) validated as the JSON it came from, in strict mode."""
+def strictly(model: type[M], data: Any, *, context: dict[str, Any] | None = None) -> M:
+    """``data`` (decoded JSON) validated as the JSON it came from, in strict mode
+    (``context``: pydantic's validation context, for the models' validators)."""
     try:
         raw = orjson.dumps(data)
     except orjson.JSONEncodeError:
         # orjson stops at 254 levels, far past every model's limit (MAX_JSON_DEPTH):
         # validating as Python names the field whose limit the nesting breaks.
-        model.model_validate(data)
+        model.model_validate(data, context=context)
         raise ValidationFailed(
             "The body is nested too deeply.",
             errors=[{"field": "$", "message": f"nested more than {MAX_JSON_DEPTH} levels deep"}],
         ) from None
-    return model.model_validate_json(raw, strict=True)
+    return model.model_validate_json(raw, strict=True, context=context)
 
 
 def validate_each(model: type[M], items: list[Any]) -> list[M]:

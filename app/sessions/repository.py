@@ -13,7 +13,7 @@ import msgspec
 from app.db.pool import Connection
 from app.db.queries import QUERIES
 from app.events.schemas import NewEvent
-from app.sessions.schemas import Session, SessionContent, SessionVersion
+from app.sessions.schemas import Session, SessionContent, SessionVersion, WrittenContent
 from app.sessions.state import show_mirrors, storage_json
 
 Q = QUERIES.sessions
@@ -155,7 +155,7 @@ async def update_session_content(
     conn: Connection,
     session_id: UUID,
     expected_version: int,
-    content: SessionContent,
+    content: WrittenContent,
     changed_by: str,
     change_reason: str,
     now: datetime,

@@ -15,7 +15,14 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 from uuid import UUID
 
 import msgspec
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationInfo,
+    model_validator,
+)
 
 from app.common.preconditions import MAX_VERSION
 from app.common.validation import DateTime, reject_deep_json
@@ -39,6 +46,9 @@ AGENT_REF_MAX = 100
 AgentRef = Annotated[str, StringConstraints(min_length=1, max_length=AGENT_REF_MAX)]
 SHORT_TEXT_MAX = 4000
 ShortText = Annotated[str, StringConstraints(max_length=SHORT_TEXT_MAX)]
+# Validation context of a session_state whose nesting the caller already bounded (a PATCH
+# checks its own patch's depth: app/sessions/patching.py).
+DEPTH_CHECKED = "depth_checked"
 # Bounds on the lists the server appends to; it trims its own additions to stay inside them.
 MAX_PENDING_ACTIONS = 1000
 PendingStatus = Literal["pending", "in_progress", "done", "cancelled", "failed"]
@@ -101,7 +111,9 @@ class SessionState(BaseModel):
 
     @model_validator(mode="before")
     @classmethod
-    def _bounded_depth(cls, value: Any) -> Any:
+    def _bounded_depth(cls, value: Any, info: ValidationInfo) -> Any:
+        if info.context is not None and info.context.get(DEPTH_CHECKED):
+            return value
         return reject_deep_json(value)
 
     active_process: Annotated[str, StringConstraints(min_length=1, max_length=200)] | None = None
@@ -306,3 +318,26 @@ class SessionContent:
     priority: str
     preserve: bool
     completed_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class PatchedContent:
+    """A client PATCH's content (app/sessions/patching.py): what the patch touched validated
+    as :class:`SessionContent` validates it, ``session_state`` and ``coordination_metadata``
+    in their storage form (no mirrored copies): the members the patch did not touch as they
+    were stored (they were validated when written), the ones it touched dumped from their
+    models. The agent sequence is carried as stored (a PATCH cannot change it)."""
+
+    session_state: dict[str, Any]
+    agent_sequence: AgentSequence
+    coordination_metadata: dict[str, Any]
+    current_agent: str | None
+    progress_percentage: int
+    status: str
+    priority: str
+    preserve: bool
+    completed_at: datetime | None
+
+
+# What a write stores: content typed whole, or a client PATCH's (typed where it touched it).
+WrittenContent = SessionContent | PatchedContent

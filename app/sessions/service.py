@@ -20,7 +20,6 @@ from app.common.pagination import (
     decode_time_id_cursor,
 )
 from app.common.preconditions import MAX_VERSION
-from app.common.validation import validate_input
 from app.db.pool import BeforeCommit, Connection, Database
 from app.errors import (
     BadRequest,
@@ -32,6 +31,7 @@ from app.errors import (
 )
 from app.events.schemas import NewEvent
 from app.sessions import repository as repo
+from app.sessions.patching import patched
 from app.sessions.schemas import (
     CLOSED_STATUSES,
     Completion,
@@ -40,12 +40,12 @@ from app.sessions.schemas import (
     Session,
     SessionContent,
     SessionCreate,
-    SessionEditable,
     SessionPage,
     SessionVersion,
     SessionVersionPage,
+    WrittenContent,
 )
-from app.sessions.sequence import EMPTY, AgentSequence
+from app.sessions.sequence import EMPTY
 from app.sessions.state import (
     PATCHABLE,
     close_current_execution,
@@ -54,7 +54,6 @@ from app.sessions.state import (
     evolve,
     keep_last_executions,
     merge_contents,
-    merge_patch,
     resolve_mirrored,
     session_at,
     start_execution,
@@ -67,27 +66,7 @@ from app.users import repository as users_repo
 # Optimistic tries of a write before it falls back to locking the row (contended sessions).
 _OPTIMISTIC_ATTEMPTS = 3
 
-Mutation = Callable[[Session, datetime], tuple[SessionContent, str]]
-
-
-def _content_from_editable(
-    editable: SessionEditable,
-    base_sequence: AgentSequence,
-    completed_at: datetime | None,
-    *,
-    status: str | None = None,
-) -> SessionContent:
-    return SessionContent(
-        session_state=evolve(editable.session_state, progress_percentage=None),
-        agent_sequence=base_sequence,
-        coordination_metadata=evolve(editable.coordination_metadata, session_priority=None),
-        current_agent=editable.current_agent,
-        progress_percentage=editable.progress_percentage,
-        status=status or editable.status,
-        priority=editable.priority,
-        preserve=editable.preserve,
-        completed_at=completed_at,
-    )
+Mutation = Callable[[Session, datetime], tuple[WrittenContent, str]]
 
 
 class SessionService:
@@ -228,7 +207,7 @@ class SessionService:
             )
         patch = {k: v for k, v in patch.items() if k != "base_version"}
 
-        def mutate(current: Session, _: datetime) -> tuple[SessionContent, str]:
+        def mutate(current: Session, _: datetime) -> tuple[WrittenContent, str]:
             return patched(current, patch), "patched"
 
         return await self._versioned_write(session_id, bases, actor, mutate, merge)
@@ -350,7 +329,7 @@ class SessionService:
         returned with the session), and ``event`` is written to the outbox with it.
         ``before_commit`` runs in the write's transaction with what it wrote."""
 
-        def guarded(current: Session, now: datetime) -> tuple[SessionContent, str]:
+        def guarded(current: Session, now: datetime) -> tuple[WrittenContent, str]:
             require_open(current)
             return mutate(current, now)
 
@@ -462,7 +441,7 @@ class SessionService:
         mutate: Mutation,
         now: datetime,
         merge: bool,
-    ) -> tuple[SessionContent, str, repo.MergeMark | None]:
+    ) -> tuple[WrittenContent, str, repo.MergeMark | None]:
         """The content to write over ``current``: ``mutate`` applied to it when it is at one
         of the ``bases``; else, with ``merge``, ``mutate`` applied to the newest base and
         merged three-way with ``current`` (409 listing the conflicts); else 409."""
@@ -496,7 +475,7 @@ class SessionService:
             repo.MergeMark(base=base_version),
         )
 
-    def _bounded(self, change: tuple[SessionContent, str]) -> tuple[SessionContent, str]:
+    def _bounded(self, change: tuple[WrittenContent, str]) -> tuple[WrittenContent, str]:
         """The change with only the last ``agent_sequence_limit`` executions kept."""
         content, reason = change
         return keep_last_executions(content, self._settings.agent_sequence_limit), reason
@@ -511,49 +490,6 @@ class SessionService:
                 errors=[{"field": "ttl_seconds", "message": "above the configured maximum"}],
             )
         return timedelta(seconds=ttl_seconds)
-
-
-def patched(current: Session, patch: dict[str, Any]) -> SessionContent:
-    """``current`` (a session, or a branch or version shown as one) with a merge patch
-    applied to its editable view, validated as a whole; 409 if it is closed."""
-    if current.status in CLOSED_STATUSES and set(patch) - {"preserve"}:
-        raise Conflict(
-            f"Session {current.session_id} is {current.status}; only preserve can change.",
-            session_status=current.status,
-        )
-    if current.status == "escalated" and patch.get("status", "escalated") != "escalated":
-        # Leaving escalated is a person's resolution, recorded and announced: not a PATCH.
-        raise Conflict(
-            f"Session {current.session_id} is escalated; a person resolves it with POST "
-            f"/v1/sessions/{current.session_id}/resolve (a PATCH cannot change its status).",
-            session_status=current.status,
-        )
-    view = {
-        "session_state": current.session_state,
-        "coordination_metadata": current.coordination_metadata,
-        "progress_percentage": current.progress_percentage,
-        "priority": current.priority,
-        "current_agent": current.current_agent,
-        "preserve": current.preserve,
-        "status": "active" if current.status in CLOSED_STATUSES else current.status,
-    }
-    merged = merge_patch(view, patch)
-    merged["progress_percentage"] = resolve_mirrored(
-        patch,
-        "progress_percentage",
-        "session_state",
-        "progress_percentage",
-        current.progress_percentage,
-    )
-    merged["priority"] = resolve_mirrored(
-        patch, "priority", "coordination_metadata", "session_priority", current.priority
-    )
-    editable = validate_input(SessionEditable, merged, what="session after this patch")
-    closed_status = current.status if current.status in CLOSED_STATUSES else None
-    # The sequence is not patchable: it is carried over as stored, not even parsed.
-    sequence = AgentSequence.carried(current.agent_sequence)
-    content = _content_from_editable(editable, sequence, current.completed_at, status=closed_status)
-    return content
 
 
 def require_open(session: Session) -> None:

@@ -21,11 +21,13 @@ from app.sessions.schemas import (
     AgentExecution,
     CoordinationMetadata,
     ExecutionStatus,
+    PatchedContent,
     Session,
     SessionContent,
     SessionDocument,
     SessionState,
     SessionVersion,
+    WrittenContent,
 )
 from app.sessions.sequence import AgentSequence, sequence_of
 
@@ -165,10 +167,17 @@ def _typed(source: ContentRow, life: Session) -> SessionContent:
     )
 
 
-def storage_json(content: SessionContent) -> tuple[Any, Any, Any]:
+def storage_json(content: WrittenContent) -> tuple[Any, Any, Any]:
     """(session_state, agent_sequence, coordination_metadata) as the JSON the columns hold:
     every field of the seed's shape, without the mirrored copies; the agent steps a write
-    did not touch as they were stored."""
+    did not touch as they were stored (and a PATCH's untouched members: its content holds
+    them in this form already)."""
+    if isinstance(content, PatchedContent):
+        return (
+            content.session_state,
+            content.agent_sequence.storage(),
+            content.coordination_metadata,
+        )
     return (
         content.session_state.model_dump(mode="json", exclude={"progress_percentage"}),
         content.agent_sequence.storage(),
@@ -249,7 +258,7 @@ DOCUMENT_FIELDS = (
 )
 
 
-def document_of(content: SessionContent) -> dict[str, Any]:
+def document_of(content: WrittenContent) -> dict[str, Any]:
     """The content as the JSON document a merge compares (storage form, no mirrors)."""
     state, sequence, metadata = storage_json(content)
     return {
@@ -263,7 +272,7 @@ def document_of(content: SessionContent) -> dict[str, Any]:
     }
 
 
-def content_from_document(document: dict[str, Any], life: SessionContent) -> SessionContent:
+def content_from_document(document: dict[str, Any], life: WrittenContent) -> SessionContent:
     """A merged (or resolved) document as typed content, validated like any write (422
     naming the field if it breaks a rule, e.g. too many pending actions after a merge);
     preserve and completed_at from ``life``."""
@@ -281,7 +290,7 @@ def content_from_document(document: dict[str, Any], life: SessionContent) -> Ses
     )
 
 
-def keep_last_executions(content: SessionContent, limit: int) -> SessionContent:
+def keep_last_executions(content: WrittenContent, limit: int) -> WrittenContent:
     """``content`` with only the last ``limit`` executions of its agent sequence (the
     others are not typed for it)."""
     if len(content.agent_sequence) > limit:
@@ -290,7 +299,7 @@ def keep_last_executions(content: SessionContent, limit: int) -> SessionContent:
 
 
 def merge_contents(
-    base: SessionContent, current: SessionContent, proposed: SessionContent
+    base: SessionContent, current: SessionContent, proposed: WrittenContent
 ) -> MergeResult:
     """Three-way merge of two writes' content from one base (app/sessions/merge.py)."""
     return merge3(document_of(base), document_of(current), document_of(proposed))
