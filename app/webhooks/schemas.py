@@ -45,18 +45,6 @@ class CoordinationHook(BaseModel):
         return self
 
 
-# MemoryHook's field for each field of the MemoryWrite it builds (``MemoryHook.write``).
-WRITE_FIELDS = {
-    "user_id": "user_id",
-    "session_id": "session_id",
-    "memory_type": "memory_type",
-    "category": "category",
-    "key": "key",
-    "content": "memory_content",
-    "access_level": "access_level",
-}
-
-
 class MemoryHook(BaseModel):
     """The seed's memory update request, plus reads and queries."""
 
@@ -106,20 +94,17 @@ class MemoryHook(BaseModel):
         return self
 
     def write(self) -> MemoryWrite:
-        """The memory ``action: write`` stores (its required fields are checked above).
-        Built without validating again: each field was validated here with the type
-        MemoryWrite gives it (``WRITE_FIELDS``; tests/unit/test_webhook_schemas.py holds the
-        two to it), and validating twice walked the content's depth twice per write."""
-        if self.user_id is None or self.memory_type is None:  # refused by the validator above
-            raise ValueError("write needs user_id, memory_type and memory_content")
-        return MemoryWrite.model_construct(
-            user_id=self.user_id,
-            session_id=self.session_id,
-            memory_type=self.memory_type,
-            category=self.category,
-            key=self.key,
-            content=self.memory_content,
-            access_level=self.access_level,
+        """The memory ``action: write`` stores (its required fields are checked above)."""
+        return MemoryWrite.model_validate(
+            {
+                "user_id": self.user_id,
+                "session_id": self.session_id,
+                "memory_type": self.memory_type,
+                "category": self.category,
+                "key": self.key,
+                "content": self.memory_content,
+                "access_level": self.access_level,
+            }
         )
 
     def memory_name(self) -> tuple[UUID, str, str] | None:
