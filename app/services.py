@@ -215,6 +215,7 @@ class Services:
     async def aclose(self) -> None:
         """Release what the services hold (the HTTP client's connections), and export the
         spans still buffered (blocking up to the exporter's timeout: not on the loop)."""
+        await self.agents.aclose()
         await self.http.aclose()
         await self.a2a.aclose()
         await asyncio.to_thread(self.tracing.shutdown)

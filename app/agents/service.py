@@ -4,6 +4,7 @@ routing settings, published and discovered cards and the skill map."""
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 from dataclasses import replace
 
@@ -60,6 +61,9 @@ class AgentService:
         self._keys = KeyCache(key_cache_seconds)
         # Key digest -> the lookup in flight for it, shared by whoever needs it meanwhile.
         self._lookups: dict[bytes, asyncio.Task[Principal | None]] = {}
+        # Every lookup still running, shared or not (``_changed`` drops them from
+        # ``_lookups``): held until they end, and cancelled at ``aclose``.
+        self._running: set[asyncio.Task[Principal | None]] = set()
 
     async def authenticate(self, key_digest: bytes) -> Principal | None:
         """The principal for a key digest, or None if the key is not valid.
@@ -89,11 +93,17 @@ class AgentService:
         """Start the one lookup of ``key_digest`` that concurrent callers share."""
         keys = self._keys
         lookup = asyncio.get_running_loop().create_task(
-            self._find_principal(key_digest, keys.generation, keys.now())
+            self._find_principal(key_digest, keys.generation, keys.now()),
+            name="agent-key-lookup",
+            # Shared by many requests (or by none, ahead of time): it runs in none of their
+            # traces or log contexts.
+            context=contextvars.Context(),
         )
         self._lookups[key_digest] = lookup
+        self._running.add(lookup)
 
         def done(task: asyncio.Task[Principal | None]) -> None:
+            self._running.discard(task)
             if self._lookups.get(key_digest) is task:
                 del self._lookups[key_digest]
             # A refresh ahead of time nobody waits for may fail (the database away): the
@@ -103,6 +113,14 @@ class AgentService:
 
         lookup.add_done_callback(done)
         return lookup
+
+    async def aclose(self) -> None:
+        """Cancel the key lookups still running (refreshes nobody waits for) and wait for
+        them, before the database they use closes."""
+        running = list(self._running)
+        for lookup in running:
+            lookup.cancel()
+        await asyncio.gather(*running, return_exceptions=True)
 
     async def _find_principal(
         self, key_digest: bytes, generation: int, since: float

@@ -203,9 +203,12 @@ class Database:
         else:
             await turns.acquire()
         try:
-            # No timeout here: a turn means a connection is idle (a new one's connect is
-            # bounded by the pool's own ``timeout``).
-            async with pool.acquire() as conn:
+            # A turn normally means a connection is idle: then no timer. One is not when a
+            # cancelled caller's turn came back while asyncpg still resets its connection
+            # (the release is shielded from the cancel); the acquire timeout then bounds
+            # this wait, and the release of a connection acquired with it.
+            timeout = None if pool.get_idle_size() else self._settings.acquire_timeout
+            async with pool.acquire(timeout=timeout) as conn:
                 # What the statements announce reaches the announcer as they are answered,
                 # on behalf of this ``conn`` (``_AnnouncingConnection``).
                 try:

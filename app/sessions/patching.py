@@ -52,13 +52,20 @@ from app.sessions.state import evolve, merge_patch, resolve_mirrored
 _OWN_FIELDS: Final = ("progress_percentage", "priority", "current_agent", "preserve", "status")
 _CONTEXT: Final = {DEPTH_CHECKED: True}
 _WHAT: Final = "session after this patch"
-# Members that are free-form JSON objects (``dict[str, Any]``): a key is valid whatever the
-# others hold, so only the keys a patch names are validated (and their nesting, above).
+# Members that are free-form JSON objects (``dict[str, Any]`` with no constraint or
+# validator of their own): a key is valid whatever the others hold, so only the keys a patch
+# names are validated (and their nesting, above). A member that gains a constraint (a
+# max_length, a validator) drops out of this set and is validated whole again.
 _OPEN_OBJECTS: Final = frozenset(
     name
     for model in (SessionState, CoordinationMetadata)
     for name, field in model.model_fields.items()
     if field.annotation == dict[str, Any]
+    and not field.metadata
+    and not any(
+        name in validator.info.fields or "*" in validator.info.fields
+        for validator in model.__pydantic_decorators__.field_validators.values()
+    )
 )
 
 

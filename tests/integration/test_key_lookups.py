@@ -6,6 +6,7 @@ refresh. Real PostgreSQL: the lookups are held by a real table lock."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -124,11 +125,14 @@ async def test_a_key_revoked_elsewhere_stops_at_the_refresh(database_url: str) -
         agent_service(database_url, ttl=ttl, pool=2) as elsewhere,
     ):
         digest = await new_key(elsewhere, "Revoked_Agent")
+        cached_at = time.monotonic()
         assert await here.authenticate(digest) is not None  # cached here
         await elsewhere.disable_agent("Revoked_Agent")
         await asyncio.sleep(ttl * 0.85)
         # Still trusted from the cache (within the TTL), and looked up again meanwhile...
         assert await here.authenticate(digest) is not None
         await asyncio.sleep(0.3)
-        # ...which finds the key gone, before the entry would have run out.
+        # ...which finds the key gone, before the entry would have run out (on a host slow
+        # enough to reach the TTL, the entry would simply have expired: that proves nothing).
+        assert time.monotonic() - cached_at < ttl, "too slow to tell a refresh from expiry"
         assert await here.authenticate(digest) is None

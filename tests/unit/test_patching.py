@@ -15,8 +15,14 @@ from hypothesis import strategies as st
 
 from app.common.validation import MAX_JSON_DEPTH, validate_input
 from app.errors import ValidationFailed
-from app.sessions.patching import patched
-from app.sessions.schemas import PatchedContent, Session, SessionEditable
+from app.sessions.patching import _OPEN_OBJECTS, patched
+from app.sessions.schemas import (
+    CoordinationMetadata,
+    PatchedContent,
+    Session,
+    SessionEditable,
+    SessionState,
+)
 from app.sessions.state import evolve, merge_patch, resolve_mirrored, show_mirrors, storage_json
 
 NOW = datetime(2026, 11, 25, 12, 0, tzinfo=UTC)
@@ -330,3 +336,13 @@ def test_any_patch_stores_or_refuses_what_validating_the_whole_did(
 ) -> None:
     current = SESSIONS[name]
     assert now_(current, patch) == whole(current, patch)
+
+
+def test_the_lean_path_knows_every_rule_that_spans_members() -> None:
+    """A PATCH validates only the members it names, which is sound while no rule of the
+    session's models looks at two members at once: the only model-level rule is the depth
+    check, which the lean path makes on the patch itself. A new model validator (or a
+    constraint on agent_outputs) must be looked at here before the lean path trusts it."""
+    assert list(SessionState.__pydantic_decorators__.model_validators) == ["_bounded_depth"]
+    assert list(CoordinationMetadata.__pydantic_decorators__.model_validators) == []
+    assert sorted(_OPEN_OBJECTS) == ["agent_outputs"]
