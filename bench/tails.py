@@ -248,7 +248,7 @@ def analyse(record: dict[str, Any], label: str) -> dict[str, Any]:
 
 def main() -> None:
     from bench import run as bench_run
-    from bench.serve import free_port, spawn, stop
+    from bench.serve import spawn, stop
     from tests import dbutil
 
     parser = argparse.ArgumentParser(description=__doc__)
@@ -288,9 +288,9 @@ def main() -> None:
             results = []
             for rnd in range(args.rounds):
                 targets: list[tuple[str, str, Path | None]] = []
-                sb_port = free_port()
                 sb_record = tmp / f"sb-{rnd}.json"
-                sb = spawn("switchboard", sb_port, {**env, TAILS_ENV: str(sb_record)}, cpu=0)
+                served = spawn("switchboard", {**env, TAILS_ENV: str(sb_record)}, cpu=0)
+                sb, sb_port = served.process, served.port
                 procs.append(sb)
                 key = bench_run._prepare_client(sb_port)
                 for p in args.path or ["session"]:
@@ -307,14 +307,13 @@ def main() -> None:
                 record = json.loads(sb_record.read_text())
                 _report(record, results[-len(targets) :], args)
                 if args.floor:
-                    fl_port = free_port()
                     fl_record = tmp / f"floor-{rnd}.json"
-                    fl = spawn(
+                    floor_served = spawn(
                         "ceiling",
-                        fl_port,
                         {"CEILING_DATABASE_URL": url, TAILS_ENV: str(fl_record)},
                         cpu=0,
                     )
+                    fl, fl_port = floor_served.process, floor_served.port
                     procs.append(fl)
                     floor = bench_run.lua(
                         f"floor-{rnd}",
