@@ -667,6 +667,33 @@ AS $$
     )
 $$;
 
+-- Whether a request may take over the idempotency key k, which it found already stored
+-- (revision 0038): the key's stored answer expired; or the key is still in progress for
+-- this same request (endpoint, request_hash) and its holder is gone: its lease ran out
+-- (the holder stopped renewing it: frozen, cut off, or it lost track of the key), or its
+-- replica holds no presence lock (the process died) and has not renewed the lease since
+-- renewed_before (a moment ago). Renewals (every second) prove a live holder whose presence
+-- connection alone was lost (a network blip, a terminated backend): its request keeps the
+-- key. A claim with no owner (written before leases, or while its replica had lost its
+-- presence connection) waits for its lease alone. `at` is the request's now.
+-- The ON CONFLICT rule of every statement that claims a key (claim_idempotency_key,
+-- insert_checked_memory_claiming_key), so exactly-once holds one rule. One expression,
+-- not STRICT: the planner inlines it (each k.column becomes the row's column).
+CREATE FUNCTION idempotency_key_claimable(
+    k idempotency_keys, endpoint text, request_hash bytea, at timestamptz,
+    renewed_before timestamptz) RETURNS boolean
+    LANGUAGE sql STABLE PARALLEL SAFE
+AS $$
+    SELECT k.expires_at <= at
+        OR (k.status = 'in_progress'
+            AND k.endpoint = endpoint
+            AND k.request_hash = request_hash
+            AND (k.lease_expires_at <= at
+                 OR (k.lease_owner IS NOT NULL
+                     AND k.lease_renewed_at <= renewed_before
+                     AND NOT replica_is_present(k.lease_owner))))
+$$;
+
 -- ---------------------------------------------------------------------------------------
 -- Erasure (revision 0008)
 
@@ -805,6 +832,29 @@ AS $$
         (SELECT coalesce(array_agg(u.id), '{}') FROM users u WHERE u.id = ANY(of_users)),
         (SELECT coalesce(jsonb_object_agg(s.session_id, s.user_id), '{}')
          FROM session_coordination s WHERE s.session_id = ANY(of_sessions))
+$$;
+
+-- The category one memory is written in, if it passes every check a write makes against
+-- memory_write_reference()'s data (types, levels, users, session_owners; revision 0038):
+-- a known memory type; its category (empty: none), else the type's default, else
+-- session_data, a known category; a known access level, or none; a known user; a session
+-- of that user, if one is named. No row: a check refused. insert_checked_memory and
+-- insert_checked_memory_claiming_key both write through it (the service's own checks,
+-- app/memories/service.py _plan_one, explain a refusal). SETOF and STABLE, one SELECT:
+-- the planner inlines it into either statement.
+CREATE FUNCTION memory_write_category(
+    types jsonb, levels text[], users uuid[], session_owners jsonb,
+    of_user uuid, of_session uuid, memory_type text, category text, access_level text)
+    RETURNS SETOF memory_categories
+    LANGUAGE sql STABLE PARALLEL SAFE
+AS $$
+    SELECT c.*
+    FROM memory_categories c
+    WHERE c.name = coalesce(nullif(category, ''), types ->> memory_type, 'session_data')
+      AND types ? memory_type
+      AND (access_level IS NULL OR access_level = ANY(levels))
+      AND cardinality(users) = 1
+      AND (of_session IS NULL OR session_owners ->> of_session::text = of_user::text)
 $$;
 
 -- An agent as every statement returns it: its settings, state and card status, never its

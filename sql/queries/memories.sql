@@ -84,15 +84,14 @@ SELECT * FROM stored
 -- One memory written with its checks, in one statement (one round trip, atomic without a
 -- transaction): the reference data write_reference reads (memory_write_reference in
 -- schema.sql), and the INSERT with its audit row (as insert_memory) only if the memory
--- passes every check the service makes with them (app/memories/service.py, _plan_one): a known memory type; its category, else
--- the type's default, else session_data, a known category; a known access level, else the
--- category's default; a known user; a session of that user, if one is named. The reference
--- data come back either way: with no memory written, the service explains the refusal
--- from them (or, if they pass, the key is taken). $1 user, $2 session or NULL, $3 the
--- writer (the owner), $4 type, $5 category or NULL, $6 key, $7 content, $8 content size,
--- $9 access level or NULL, $10 now, $11 acting principal.
--- insert_checked_memory_claiming_key (below) makes the same checks: a change here goes
--- there too.
+-- passes every check the service makes with them (app/memories/service.py, _plan_one),
+-- memory_write_category in schema.sql: a known memory type; its category, else the type's
+-- default, else session_data, a known category; a known access level, else the category's
+-- default; a known user; a session of that user, if one is named. The reference data come
+-- back either way: with no memory written, the service explains the refusal from them (or,
+-- if they pass, the key is taken). $1 user, $2 session or NULL, $3 the writer (the owner),
+-- $4 type, $5 category or NULL, $6 key, $7 content, $8 content size, $9 access level or
+-- NULL, $10 now, $11 acting principal.
 WITH ref AS MATERIALIZED (
     SELECT * FROM memory_write_reference(ARRAY[$1::uuid], ARRAY[$2::uuid])
 ), stored AS (
@@ -102,13 +101,9 @@ WITH ref AS MATERIALIZED (
     )
     SELECT $1, $2, $3, $4, c.name, $6, $7, $8, coalesce($9, c.default_access_level),
            $10, $10, $10::timestamptz + c.retention
-    FROM ref r
-    JOIN memory_categories c
-      ON c.name = coalesce(nullif($5::text, ''), r.types ->> $4::text, 'session_data')
-    WHERE r.types ? $4::text
-      AND ($9::text IS NULL OR $9::text = ANY(r.levels))
-      AND cardinality(r.users) = 1
-      AND ($2::uuid IS NULL OR r.session_owners ->> $2::text = $1::text)
+    FROM ref r,
+         memory_write_category(r.types, r.levels, r.users, r.session_owners,
+                               $1::uuid, $2::uuid, $4::text, $5::text, $9::text) c
     ON CONFLICT (user_id, category, key) DO NOTHING
     RETURNING *
 ), logged AS (
@@ -125,8 +120,9 @@ FROM ref r LEFT JOIN stored s ON true
 -- The n8n memory webhook's write of a new memory without a key, under an Idempotency-Key,
 -- in one statement (one round trip, atomic without a transaction): the key claimed; then,
 -- only if it was claimed and the memory passes insert_checked_memory's checks (the same
--- reference data, memory_write_reference in schema.sql, and conditions, kept in step with it), the memory inserted with its
--- audit row and the key completed with the webhook's answer, all in one commit.
+-- reference data and checks: memory_write_reference and memory_write_category in
+-- schema.sql), the memory inserted with its audit row and the key completed with the
+-- webhook's answer, all in one commit.
 -- Its own statement, not insert_checked_memory's plan: the claim gates the insert, and the
 -- answer stored with the claim is built from the planned row (a sibling statement of a
 -- WITH cannot see, or change, another's rows), so the insert takes every value from the
@@ -135,7 +131,8 @@ FROM ref r LEFT JOIN stored s ON true
 -- service.py, _written): every column, the times as msgspec writes them ("Z", the
 -- microseconds only when there are some); test_webhooks.py holds it to GET's answer.
 -- The claim is claim_idempotency_key's (sql/queries/webhooks.sql), the same conflict
--- rule: a key never seen, expired, or held for this same request by a holder that is gone.
+-- rule, idempotency_key_claimable() (schema.sql): a key never seen, expired, or held for
+-- this same request by a holder that is gone.
 -- A live holder's uncommitted claim (another such statement) makes this one wait on the
 -- key's index entry until it ends, then see what it committed. No claim: no token back.
 -- Claimed but nothing written (the checks refused): the key is left in progress under the
@@ -154,13 +151,9 @@ WITH ref AS MATERIALIZED (
            coalesce($8::text, c.default_access_level) AS access_level, 1::bigint AS version,
            $9::timestamptz AS created_at, $9::timestamptz AS updated_at,
            $9::timestamptz + c.retention AS expires_at
-    FROM ref r
-    JOIN memory_categories c
-      ON c.name = coalesce(nullif($5::text, ''), r.types ->> $4::text, 'session_data')
-    WHERE r.types ? $4::text
-      AND ($8::text IS NULL OR $8::text = ANY(r.levels))
-      AND cardinality(r.users) = 1
-      AND ($2::uuid IS NULL OR r.session_owners ->> $2::text = $1::text)
+    FROM ref r,
+         memory_write_category(r.types, r.levels, r.users, r.session_owners,
+                               $1::uuid, $2::uuid, $4::text, $5::text, $8::text) c
 ), answer AS (
     SELECT jsonb_build_object(
         'action', 'write',
@@ -199,14 +192,8 @@ WITH ref AS MATERIALIZED (
         lease_token = excluded.lease_token,
         lease_expires_at = excluded.lease_expires_at,
         lease_renewed_at = excluded.lease_renewed_at
-    WHERE k.expires_at <= excluded.created_at
-       OR (k.status = 'in_progress'
-           AND k.endpoint = excluded.endpoint
-           AND k.request_hash = excluded.request_hash
-           AND (k.lease_expires_at <= excluded.created_at
-                OR (k.lease_owner IS NOT NULL
-                    AND k.lease_renewed_at <= $19
-                    AND NOT replica_is_present(k.lease_owner))))
+    WHERE idempotency_key_claimable(
+        k, excluded.endpoint, excluded.request_hash, excluded.created_at, $19)
     RETURNING status, lease_token, response_body
 ), stored AS (
     INSERT INTO memories (

@@ -1,18 +1,12 @@
 -- Webhooks: idempotency records and implicit session continuation.
 
 -- name: claim_idempotency_key
--- Take the key for this request, in one statement: a key never seen; one whose stored
--- answer expired; or one still in progress for this same request whose holder is gone: its
--- lease ran out (the holder stopped renewing it: frozen, cut off, or it lost track of the
--- key), or its replica holds no presence lock (the process died) and has not renewed the
--- lease since $9 (a moment ago).
--- Renewals (every second) prove a live holder whose presence connection alone was lost
--- (a network blip, a terminated backend): its request keeps the key. A claim with no
--- owner (written before leases, or while its replica had lost its presence connection)
--- waits for its lease alone. No row back: the key is held by a live request, or answered
--- (replay it), or used for a different request.
--- The memory webhook's one-statement write (insert_checked_memory_claiming_key,
--- memories.sql) claims with the same ON CONFLICT rule: a change here goes there too.
+-- Take the key for this request, in one statement: a key never seen, or one
+-- idempotency_key_claimable() (schema.sql) lets this request take over: its stored answer
+-- expired, or it is still in progress for this same request and its holder is gone (the
+-- lease ran out, or the replica died and has not renewed the lease since $9, a moment ago).
+-- No row back: the key is held by a live request, or answered (replay it), or used for a
+-- different request.
 INSERT INTO idempotency_keys AS k
     (principal, key, endpoint, request_hash, status, created_at, expires_at,
      lease_owner, lease_token, lease_expires_at, lease_renewed_at)
@@ -29,14 +23,8 @@ SET endpoint = excluded.endpoint,
     lease_token = excluded.lease_token,
     lease_expires_at = excluded.lease_expires_at,
     lease_renewed_at = excluded.lease_renewed_at
-WHERE k.expires_at <= excluded.created_at
-   OR (k.status = 'in_progress'
-       AND k.endpoint = excluded.endpoint
-       AND k.request_hash = excluded.request_hash
-       AND (k.lease_expires_at <= excluded.created_at
-            OR (k.lease_owner IS NOT NULL
-                AND k.lease_renewed_at <= $9
-                AND NOT replica_is_present(k.lease_owner))))
+WHERE idempotency_key_claimable(
+    k, excluded.endpoint, excluded.request_hash, excluded.created_at, $9)
 RETURNING lease_token
 
 -- name: get_idempotency_key

@@ -258,3 +258,81 @@ async def test_an_event_committed_behind_a_batchs_key_is_numbered_by_the_next_ru
     assert (
         positions[newest["event_id"]] < positions[late["event_id"]] < positions[middle["event_id"]]
     )
+
+
+async def test_an_event_committing_behind_a_runs_key_mid_run_is_numbered_by_the_next_run(
+    database_url: str,
+) -> None:
+    """The hub's runs, not just the statement: a transaction that wrote an event before a
+    backlog (its created_at is older than every batch's key) commits while a run is between
+    its batches. That run's later batches resume after their keys and pass it by; the next
+    number_committed() run starts from the head and numbers it, after the backlog, so every
+    event ends with a position of its own."""
+    gate = 220038  # an advisory lock (numbering_gate's) the test holds to stop the run
+    conn = await asyncpg.connect(database_url)
+    late = await asyncpg.connect(database_url)
+    database = Database(database_url, DatabaseSettings(pool_min_size=1, pool_max_size=3))
+    await database.open()
+    try:
+        # A batch's UPDATE waits at the gate once a batch before it committed positions.
+        await conn.execute(
+            """
+            CREATE FUNCTION numbering_gate() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN
+                IF EXISTS (SELECT 1 FROM outbox_events WHERE position IS NOT NULL) THEN
+                    PERFORM pg_advisory_xact_lock_shared(220038);
+                END IF;
+                RETURN NULL;
+            END $$;
+            CREATE TRIGGER numbering_gate BEFORE UPDATE ON outbox_events
+                FOR EACH STATEMENT EXECUTE FUNCTION numbering_gate();
+            """
+        )
+        late_transaction = late.transaction()
+        await late_transaction.start()
+        late_event = await late.fetchval(
+            "INSERT INTO outbox_events (event_type, payload) "
+            "VALUES ('memory.purged', '{\"late\": true}') RETURNING event_id"
+        )
+        await _backlog(database_url, 4 * BATCH)
+        await conn.execute("SELECT pg_advisory_lock($1)", gate)
+        hub = EventHub(database, StreamSettings(batch=BATCH))
+        run = asyncio.ensure_future(hub.number_committed())
+        deadline = time.monotonic() + 15
+        while not await conn.fetchval(
+            "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' "
+            "AND classid = 0 AND objid = $1 AND objsubid = 1 AND NOT granted)",
+            gate,
+        ):
+            assert time.monotonic() < deadline, "the run never reached its second batch"
+            assert not run.done()
+            await asyncio.sleep(0.05)
+        assert await _unnumbered(conn) == 3 * BATCH  # the first batch; the late one unseen
+        await late_transaction.commit()
+        await conn.execute("SELECT pg_advisory_unlock($1)", gate)
+        await asyncio.wait_for(run, 15)
+        # The run passed the late event by: it lies behind every key after the first.
+        assert (
+            await conn.fetchval(
+                "SELECT position FROM outbox_events WHERE event_id = $1", late_event
+            )
+            is None
+        )
+        assert await _unnumbered(conn) == 1
+
+        await hub.number_committed()
+
+        assert await _unnumbered(conn) == 0
+        total, distinct, late_position, others_last = await conn.fetchrow(
+            "SELECT count(*), count(DISTINCT position), "
+            "       max(position) FILTER (WHERE event_id = $1), "
+            "       max(position) FILTER (WHERE event_id <> $1) "
+            "FROM outbox_events",
+            late_event,
+        )
+        assert (total, distinct) == (4 * BATCH + 1, 4 * BATCH + 1)
+        assert late_position > others_last  # numbered in the order readers can see it
+    finally:
+        await conn.close()  # lets a run stopped at the gate go on, should an assert fail
+        await late.close()
+        await database.close()
